@@ -1,0 +1,278 @@
+// Package redistest starts real redis-server processes on free loopback ports for tests, benchmarks and
+// demos, and lets a test pause, resume, kill and restart them to inject faults.
+//
+// Nothing here mocks Redis: every Server is a child redis-server process with persistence off
+// (--save "" --appendonly no) and DEBUG enabled for local connections. Start registers a cleanup that stops
+// the process when the test ends; StartServer leaves that to the caller (Stop).
+package redistest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// InstallHint is part of the error returned when redis-server is not on PATH.
+const InstallHint = "redis-server not found on PATH: install Redis 7 (Debian/Ubuntu: apt-get install -y redis-server; " +
+	"macOS: brew install redis) or put redis-server on PATH"
+
+// readyTimeout bounds how long a server may take to answer PING after it was started.
+const readyTimeout = 10 * time.Second
+
+// Server is one redis-server child process listening on 127.0.0.1:Port.
+// Its methods are safe for concurrent use.
+type Server struct {
+	// Port is the TCP port on 127.0.0.1; it stays the same across Restart.
+	Port int
+
+	args []string
+	dir  string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has been reaped
+	log    *lockedBuffer
+	paused bool
+}
+
+// Addr returns "127.0.0.1:<port>".
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)) }
+
+// Start starts a redis-server for tb and stops it when tb ends. Extra args are appended to the command line
+// (for example "--maxmemory", "10mb"). It fails tb with InstallHint when redis-server is not installed.
+func Start(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	s, err := StartServer(args...)
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			tb.Logf("redistest: stopping %s: %v", s.Addr(), err)
+		}
+	})
+	return s
+}
+
+// StartN starts n independent servers for tb (for example the masters of a RedLock).
+func StartN(tb testing.TB, n int, args ...string) []*Server {
+	tb.Helper()
+	servers := make([]*Server, n)
+	for i := range servers {
+		servers[i] = Start(tb, args...)
+	}
+	return servers
+}
+
+// StartServer starts a redis-server on a free loopback port and waits until it answers PING.
+// The caller must call Stop.
+func StartServer(args ...string) (*Server, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, errors.New(InstallHint)
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	// A port found free can be taken by another process before redis-server binds it: try a few.
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		s := &Server{Port: port, args: args, dir: dir}
+		if lastErr = s.start(); lastErr == nil {
+			return s, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start launches the process and waits for PING. s.mu must not be held.
+func (s *Server) start() error {
+	argv := []string{
+		"--port", strconv.Itoa(s.Port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--enable-debug-command", "local",
+		"--dir", s.dir,
+		"--daemonize", "no",
+		"--loglevel", "warning",
+	}
+	argv = append(argv, s.args...)
+	cmd := exec.Command("redis-server", argv...)
+	log := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	// Own process group: a signal to the test's group (Ctrl-C) must not race our own cleanup.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	s.mu.Lock()
+	s.cmd, s.exited, s.log, s.paused = cmd, exited, log, false
+	s.mu.Unlock()
+
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		if err := ping(s.Addr(), 200*time.Millisecond); err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server on port %d exited at start: %s", s.Port, strings.TrimSpace(log.String()))
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("redis-server on port %d did not answer PING within %v: %s",
+				s.Port, readyTimeout, strings.TrimSpace(log.String()))
+		}
+	}
+}
+
+// ping sends an inline PING and expects +PONG.
+func ping(addr string, timeout time.Duration) error {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("unexpected PING reply %q", line)
+	}
+	return nil
+}
+
+// Pause stops the process with SIGSTOP: connections stay open but nothing is answered, as with a server
+// stuck in a long fork or a stalled VM.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP, true) }
+
+// Resume continues a paused process with SIGCONT.
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT, false) }
+
+func (s *Server) signal(sig syscall.Signal, paused bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return errors.New("redistest: server is not running")
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		return err
+	}
+	s.paused = paused
+	return nil
+}
+
+// Kill ends the process with SIGKILL and waits for it to exit. With persistence off, every key is lost.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+	return nil
+}
+
+// Restart kills the process (if it runs) and starts a new, empty one on the same port.
+func (s *Server) Restart() error {
+	if err := s.Kill(); err != nil {
+		return err
+	}
+	return s.start()
+}
+
+// Stop ends the server (resuming it first if paused) and removes its directory.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	cmd, exited, paused := s.cmd, s.exited, s.paused
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil {
+		if paused {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	return os.RemoveAll(s.dir)
+}
+
+// Running reports whether the process has been started and not killed or stopped.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// Log returns what the current process wrote to stdout and stderr.
+func (s *Server) Log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.log == nil {
+		return ""
+	}
+	return s.log.String()
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
