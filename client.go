@@ -1,0 +1,205 @@
+// Package relock provides Redisson-style distributed locks on Redis for Go: reentrant locks with
+// blocking waits woken by pub/sub (never polling), leases, and Redisson's key layout, so that Go services
+// and Java services using Redisson exclude each other on the same lock names.
+//
+// A Client owns a Redis connection (or borrows a rueidis.Client), a UUID that is part of every owner it
+// writes, and the background machinery its locks share. Lock objects are cheap values made from a Client
+// and a name:
+//
+//	c, err := relock.New([]string{"127.0.0.1:6379"}, nil)
+//	...
+//	defer c.Close()
+//
+//	l := c.Lock("orders:42")
+//	if err := l.Lock(ctx); err != nil {
+//		return err
+//	}
+//	defer l.Unlock(context.WithoutCancel(ctx))
+//
+// Who owns a hold is decided by one rule for every lock type: the owner token carried by the context
+// (WithOwner), or else the calling goroutine. See WithOwner.
+package relock
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/rueidis"
+)
+
+// DefaultWatchdogTimeout is the time to live of a hold acquired without a lease, when Options leaves
+// WatchdogTimeout zero. It is Redisson's lockWatchdogTimeout default.
+const DefaultWatchdogTimeout = 30 * time.Second
+
+// undoTimeout bounds the background undo of an acquisition whose reply was lost.
+const undoTimeout = 5 * time.Second
+
+// Options configures a Client. The zero value, and a nil *Options, are valid and give the defaults.
+type Options struct {
+	// WatchdogTimeout is how long a hold acquired without a lease lives in Redis. Zero means
+	// DefaultWatchdogTimeout; it is rounded up to whole milliseconds and must not be negative.
+	WatchdogTimeout time.Duration
+
+	// Redis is the configuration New starts from when it builds its rueidis client (authentication, TLS,
+	// timeouts, ...). New sets InitAddress from its addrs argument when that is not empty, and disables
+	// client-side caching, which relock does not use. Wrap ignores it.
+	Redis rueidis.ClientOption
+}
+
+// Client is the entry point of relock: it makes lock objects and owns everything with a lifetime that
+// they share. A Client is safe for concurrent use; make one per process (per Redis deployment) and Close
+// it when done.
+type Client struct {
+	rdb      rueidis.Client
+	borrowed bool
+	id       string
+
+	watchdogTimeout time.Duration
+
+	holds *holdRegistry
+	hub   *hub
+
+	// life ends at Close; background work (undos) runs under it and is counted in bg.
+	life   context.Context
+	end    context.CancelFunc
+	closed atomic.Bool
+	once   sync.Once
+	bgMu   sync.Mutex // orders bg.Add against Close's bg.Wait
+	bg     sync.WaitGroup
+}
+
+// New returns a Client with its own rueidis client connected to addrs (host:port of a Redis server; the
+// seed nodes of a cluster). Close closes that connection.
+func New(addrs []string, opts *Options) (*Client, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	ro := o.Redis
+	if len(addrs) > 0 {
+		ro.InitAddress = addrs
+	}
+	if len(ro.InitAddress) == 0 {
+		return nil, &opError{op: "new", err: ErrInvalidOptions}
+	}
+	ro.DisableCache = true
+	if _, err := o.validate(); err != nil {
+		return nil, err
+	}
+	rdb, err := rueidis.NewClient(ro)
+	if err != nil {
+		return nil, wrapErr("new", "", err)
+	}
+	c, err := newClient(rdb, false, o)
+	if err != nil {
+		rdb.Close()
+	}
+	return c, err
+}
+
+// Wrap returns a Client that uses rdb, a rueidis client the caller already has. Close stops what relock
+// started (its goroutines and its subscription connection) and leaves rdb open.
+func Wrap(rdb rueidis.Client, opts *Options) (*Client, error) {
+	if rdb == nil {
+		return nil, &opError{op: "wrap", err: ErrNilClient}
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	return newClient(rdb, true, o)
+}
+
+func (o Options) validate() (Options, error) {
+	switch {
+	case o.WatchdogTimeout < 0:
+		return o, &opError{op: "new", err: ErrInvalidDuration}
+	case o.WatchdogTimeout == 0:
+		o.WatchdogTimeout = DefaultWatchdogTimeout
+	}
+	o.WatchdogTimeout = roundUpToMillis(o.WatchdogTimeout)
+	return o, nil
+}
+
+func newClient(rdb rueidis.Client, borrowed bool, o Options) (*Client, error) {
+	o, err := o.validate()
+	if err != nil {
+		return nil, err
+	}
+	life, end := context.WithCancel(context.Background())
+	c := &Client{
+		rdb:             rdb,
+		borrowed:        borrowed,
+		id:              uuid.NewString(),
+		watchdogTimeout: o.WatchdogTimeout,
+		holds:           newHoldRegistry(),
+		life:            life,
+		end:             end,
+	}
+	c.hub = newHub(rdb, life)
+	return c, nil
+}
+
+// ID returns the Client's UUID, the first part of every owner field it writes.
+func (c *Client) ID() string {
+	if c == nil {
+		return ""
+	}
+	return c.id
+}
+
+// Close ends everything the Client started: waiters blocked in its locks return ErrClosed, its
+// subscription connection and goroutines end, and, when New built the rueidis client, that client is
+// closed. Holds are not released: they expire at the end of their lease or watchdog timeout.
+// Close is idempotent; every call after the first returns nil at once.
+func (c *Client) Close() error {
+	if c == nil {
+		return ErrNilClient
+	}
+	c.once.Do(func() {
+		c.bgMu.Lock()
+		c.closed.Store(true)
+		c.bgMu.Unlock()
+		c.end()
+		c.hub.close()
+		c.bg.Wait()
+		if !c.borrowed {
+			c.rdb.Close()
+		}
+	})
+	return nil
+}
+
+// check reports whether operations may run on c.
+func (c *Client) check() error {
+	if c == nil {
+		return ErrNilClient
+	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// goBackground runs fn under the Client's lifetime; Close waits for it. It reports false, without running
+// fn, once the Client is closing.
+func (c *Client) goBackground(fn func(ctx context.Context)) bool {
+	c.bgMu.Lock()
+	defer c.bgMu.Unlock()
+	if c.closed.Load() {
+		return false
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		fn(c.life)
+	}()
+	return true
+}
+
+func roundUpToMillis(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+}

@@ -1,0 +1,87 @@
+package relock
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// Errors returned by relock. Compare with errors.Is: the errors a call returns wrap these with the
+// operation and the lock name.
+var (
+	// ErrNotHeld means the caller's owner does not hold the lock it tried to unlock: it never acquired it,
+	// already released it, or its hold expired. Nothing was changed in Redis.
+	ErrNotHeld = errors.New("relock: lock not held by this owner")
+
+	// ErrClosed means the Client was closed before or during the call.
+	ErrClosed = errors.New("relock: client closed")
+
+	// ErrNilClient means a lock was made from a nil *Client, or New/Wrap got no Redis client.
+	ErrNilClient = errors.New("relock: nil client")
+
+	// ErrInvalidName means a lock name is empty.
+	ErrInvalidName = errors.New("relock: invalid lock name")
+
+	// ErrInvalidDuration means a wait, lease or timeout is negative, or zero where zero has no meaning.
+	ErrInvalidDuration = errors.New("relock: invalid duration")
+
+	// ErrInvalidOwner means the owner token carried by the context (see WithOwner) is empty or consists only
+	// of decimal digits, which are reserved for goroutine owners.
+	ErrInvalidOwner = errors.New("relock: invalid owner token")
+
+	// ErrInvalidOptions means the Options given to New or Wrap cannot work (for example, no Redis address).
+	ErrInvalidOptions = errors.New("relock: invalid options")
+)
+
+// errUnexpectedReply means a script answered in a shape it never produces: the key was changed by
+// something that does not follow the lock's layout, or the script is not the one relock sent.
+var errUnexpectedReply = errors.New("relock: unexpected reply from Redis")
+
+// opError reports which operation on which lock failed, and why.
+type opError struct {
+	op   string
+	name string
+	err  error
+}
+
+func (e *opError) Error() string {
+	var b strings.Builder
+	b.WriteString("relock: ")
+	b.WriteString(e.op)
+	if e.name != "" {
+		b.WriteByte(' ')
+		b.WriteString(strconv.Quote(e.name))
+	}
+	b.WriteString(": ")
+	b.WriteString(strings.TrimPrefix(e.err.Error(), "relock: "))
+	return b.String()
+}
+
+func (e *opError) Unwrap() error { return e.err }
+
+// wrapErr attaches op and name to err, translating rueidis's closing error into ErrClosed.
+func wrapErr(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, rueidis.ErrClosing) {
+		err = ErrClosed
+	}
+	return &opError{op: op, name: name, err: err}
+}
+
+// outcomeUnknown reports whether a failed command may nevertheless have run on the server: the request
+// may have been written before the connection broke or the context ended. A reply from Redis (even an
+// error reply) is a definite outcome.
+func outcomeUnknown(err error) bool {
+	if err == nil || rueidis.IsRedisNil(err) {
+		return false
+	}
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		return false
+	}
+	// rueidis rejects the commands of a closed client before sending them.
+	return !errors.Is(err, rueidis.ErrClosing)
+}

@@ -1,0 +1,115 @@
+package relock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+// redisAddr is the server the Example functions use, started by TestMain.
+var redisAddr string
+
+func TestMain(m *testing.M) {
+	srv, err := redistest.StartServer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	redisAddr = srv.Addr()
+	code := m.Run()
+	_ = srv.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// newClient returns a relock Client on srv, closed when t ends.
+func newClient(t testing.TB, srv *redistest.Server, opts *relock.Options) *relock.Client {
+	t.Helper()
+	c, err := relock.New([]string{srv.Addr()}, opts)
+	if err != nil {
+		t.Fatalf("relock.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// rawClient returns a plain rueidis client on srv, for reading and writing keys behind relock's back.
+func rawClient(t testing.TB, srv *redistest.Server) rueidis.Client {
+	t.Helper()
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatalf("rueidis.NewClient: %v", err)
+	}
+	t.Cleanup(rdb.Close)
+	return rdb
+}
+
+// do runs a command given as words and returns its reply.
+func do(t testing.TB, rdb rueidis.Client, words ...string) rueidis.RedisResult {
+	t.Helper()
+	return rdb.Do(context.Background(), rdb.B().Arbitrary(words...).Build())
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond until it holds or d passes.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// numsub returns PUBSUB NUMSUB for channel.
+func numsub(t testing.TB, rdb rueidis.Client, channel string) int64 {
+	t.Helper()
+	vals, err := do(t, rdb, "PUBSUB", "NUMSUB", channel).ToArray()
+	if err != nil || len(vals) != 2 {
+		t.Fatalf("PUBSUB NUMSUB: %v %v", vals, err)
+	}
+	n, _ := vals[1].AsInt64()
+	return n
+}
+
+// commandCalls returns how many times each command ran since the last CONFIG RESETSTAT, from INFO
+// commandstats ("evalsha" -> calls).
+func commandCalls(t testing.TB, rdb rueidis.Client) map[string]int {
+	t.Helper()
+	info, err := do(t, rdb, "INFO", "commandstats").ToString()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	calls := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		calls[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.Atoi(n)
+	}
+	return calls
+}

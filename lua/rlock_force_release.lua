@@ -1,0 +1,12 @@
+-- Delete a lock whoever holds it, and announce the release so that waiters retry at once.
+--
+-- KEYS[1]  the lock key
+-- KEYS[2]  the release channel
+-- ARGV[1]  the unlock message
+--
+-- Returns 1 when a lock was deleted, 0 when there was none (nothing is published then).
+if redis.call('del', KEYS[1]) == 1 then
+  redis.call('publish', KEYS[2], ARGV[1])
+  return 1
+end
+return 0

@@ -1,0 +1,431 @@
+package relock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+const (
+	// subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE exchange on the subscription connection; a server
+	// that does not answer in time is treated as a broken connection.
+	subscribeTimeout = 5 * time.Second
+	// reconnectBackoffMin and reconnectBackoffMax bound the delay between attempts to restore the
+	// subscription connection while waiters need it.
+	reconnectBackoffMin = 50 * time.Millisecond
+	reconnectBackoffMax = 2 * time.Second
+)
+
+// unlockMessage is what a release publishes (Redisson's LockPubSub.UNLOCK_MESSAGE): it wakes one local
+// waiter. readUnlockMessage (READ_UNLOCK_MESSAGE) wakes every local waiter of the channel, as when a
+// writer leaves and all readers may enter.
+const (
+	unlockMessage     = "0"
+	readUnlockMessage = "1"
+)
+
+// hub carries every release notification a Client waits for over one subscription connection of its own
+// (a rueidis dedicated connection). Each channel is subscribed once however many local goroutines wait
+// on it, and unsubscribed when the last of them leaves. One goroutine, started at the first wait, owns the
+// connection and sends every SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in the order they were decided.
+type hub struct {
+	rdb  rueidis.Client
+	life context.Context // ends at Client.Close
+
+	mu      sync.Mutex
+	entries map[string]*entry // by channel
+	dirty   map[string]*entry // channels whose subscription may have to change
+	started bool
+	closed  bool
+	kick    chan struct{} // wakes the loop when dirty got entries
+	done    chan struct{} // closed by close: waiters return ErrClosed
+	stopped chan struct{} // closed when the loop has ended
+}
+
+// entry is one channel: its local waiters, oldest first, and the state of its subscription.
+type entry struct {
+	channel    string
+	waiters    []*waiter
+	subscribed bool        // confirmed by Redis on the current connection
+	pending    *subAttempt // the subscription new waiters wait for; nil when subscribed
+	resync     bool        // the connection was lost: wake every waiter once subscribed again
+}
+
+// subAttempt is one SUBSCRIBE that joiners wait for.
+type subAttempt struct {
+	done chan struct{}
+	err  error
+}
+
+// waiter is one goroutine waiting for a channel. wake holds at most one pending notification, so a
+// release that arrives while the waiter is busy retrying is kept for its next wait.
+type waiter struct {
+	e    *entry
+	wake chan struct{}
+}
+
+func newHub(rdb rueidis.Client, life context.Context) *hub {
+	return &hub{
+		rdb:     rdb,
+		life:    life,
+		entries: make(map[string]*entry),
+		dirty:   make(map[string]*entry),
+		kick:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+}
+
+// join registers the calling goroutine as a waiter on channel and returns once Redis has confirmed the
+// subscription, so a release published after join returns is never missed. The caller must leave.
+func (h *hub) join(ctx context.Context, channel string) (*waiter, error) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if !h.started {
+		h.started = true
+		go h.loop()
+	}
+	e := h.entries[channel]
+	if e == nil {
+		e = &entry{channel: channel}
+		h.entries[channel] = e
+	}
+	w := &waiter{e: e, wake: make(chan struct{}, 1)}
+	e.waiters = append(e.waiters, w)
+	var att *subAttempt
+	if !e.subscribed {
+		if e.pending == nil {
+			e.pending = &subAttempt{done: make(chan struct{})}
+			h.markDirtyLocked(e)
+		}
+		att = e.pending
+	}
+	h.mu.Unlock()
+	if att == nil {
+		return w, nil
+	}
+	select {
+	case <-att.done:
+		if att.err == nil {
+			return w, nil
+		}
+		h.leave(w, false)
+		return nil, att.err
+	case <-ctx.Done():
+		h.leave(w, false)
+		return nil, ctx.Err()
+	case <-h.done:
+		h.leave(w, false)
+		return nil, ErrClosed
+	}
+}
+
+// leave removes w. A waiter that leaves without the lock hands a notification it did not use to the
+// next waiter, so a release is never lost to a goroutine that gave up.
+func (h *hub) leave(w *waiter, acquired bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := w.e
+	for i, x := range e.waiters {
+		if x == w {
+			copy(e.waiters[i:], e.waiters[i+1:])
+			e.waiters[len(e.waiters)-1] = nil
+			e.waiters = e.waiters[:len(e.waiters)-1]
+			break
+		}
+	}
+	if !acquired && len(w.wake) > 0 {
+		wakeOneLocked(e)
+	}
+	if len(e.waiters) == 0 {
+		h.markDirtyLocked(e)
+	}
+}
+
+func (h *hub) markDirtyLocked(e *entry) {
+	h.dirty[e.channel] = e
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// wakeOneLocked wakes the oldest waiter that has no notification pending.
+func wakeOneLocked(e *entry) {
+	for _, w := range e.waiters {
+		select {
+		case w.wake <- struct{}{}:
+			return
+		default:
+		}
+	}
+}
+
+func wakeAllLocked(e *entry) {
+	for _, w := range e.waiters {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// onMessage runs on rueidis's reader goroutine for every message on the subscription connection.
+func (h *hub) onMessage(m rueidis.PubSubMessage) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.entries[m.Channel]; e != nil {
+		if m.Message == readUnlockMessage {
+			wakeAllLocked(e)
+		} else {
+			wakeOneLocked(e)
+		}
+	}
+}
+
+// close ends the hub; the Client's lifetime must already be over so that the loop stops.
+func (h *hub) close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	close(h.done)
+	started := h.started
+	h.mu.Unlock()
+	if started {
+		<-h.stopped
+	}
+}
+
+// loop owns the subscription connection and brings the subscriptions in Redis in line with the waiters.
+func (h *hub) loop() {
+	defer close(h.stopped)
+	var (
+		conn    rueidis.DedicatedClient
+		connErr <-chan error
+		retry   *time.Timer
+		retryC  <-chan time.Time
+		backoff = reconnectBackoffMin
+	)
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-h.life.Done():
+			return
+		case <-h.kick:
+		case <-retryC:
+			retryC = nil
+		case <-connErr: // closed, with at most one error: the connection is gone
+			conn.Close()
+			conn, connErr = nil, nil
+			h.connectionLost()
+		}
+		// While backing off after a failure, changes wait for the retry timer.
+		if conn == nil && retryC == nil && h.needsConnection() {
+			conn, connErr = h.connect()
+		}
+		if conn == nil {
+			continue
+		}
+		if err := h.reconcile(conn); err != nil {
+			conn.Close()
+			conn, connErr = nil, nil
+			h.connectionLost()
+			if retry == nil {
+				retry = time.NewTimer(backoff)
+			} else {
+				retry.Reset(backoff)
+			}
+			retryC = retry.C
+			backoff = min(2*backoff, reconnectBackoffMax)
+			continue
+		}
+		backoff = reconnectBackoffMin
+	}
+}
+
+func (h *hub) needsConnection() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.dirty) > 0
+}
+
+func (h *hub) connect() (rueidis.DedicatedClient, <-chan error) {
+	conn, _ := h.rdb.Dedicate() // conn.Close releases it
+	return conn, conn.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: h.onMessage})
+}
+
+// connectionLost marks every subscription as gone. Waiters are woken to retry at once (a release may
+// have been published while nobody listened), and again when their channel is subscribed anew.
+func (h *hub) connectionLost() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, e := range h.entries {
+		if e.subscribed {
+			e.subscribed = false
+			e.resync = true
+		}
+		wakeAllLocked(e)
+		h.markDirtyLocked(e)
+	}
+}
+
+// reconcile sends the UNSUBSCRIBE and SUBSCRIBE commands the dirty channels need, in that order, and
+// records their outcome. A non-nil error means the connection is unusable.
+func (h *hub) reconcile(conn rueidis.DedicatedClient) error {
+	var subs, unsubs []string
+	h.mu.Lock()
+	for ch, e := range h.dirty {
+		delete(h.dirty, ch)
+		switch {
+		case len(e.waiters) > 0 && !e.subscribed:
+			if e.pending == nil {
+				e.pending = &subAttempt{done: make(chan struct{})}
+			}
+			subs = append(subs, ch)
+		case len(e.waiters) == 0 && e.subscribed:
+			// From here on new waiters must wait for a fresh SUBSCRIBE, sent after this UNSUBSCRIBE.
+			e.subscribed = false
+			unsubs = append(unsubs, ch)
+		case len(e.waiters) == 0:
+			if e.pending != nil {
+				close(e.pending.done)
+				e.pending = nil
+			}
+			if h.entries[ch] == e {
+				delete(h.entries, ch)
+			}
+		}
+	}
+	h.mu.Unlock()
+	if len(subs) == 0 && len(unsubs) == 0 {
+		return nil
+	}
+
+	ctx, cancel := context.WithTimeout(h.life, subscribeTimeout)
+	defer cancel()
+	var err error
+	if len(unsubs) > 0 {
+		err = conn.Do(ctx, conn.B().Unsubscribe().Channel(unsubs...).Build()).Error()
+	}
+	if err == nil && len(subs) > 0 {
+		// Redis runs SUBSCRIBE as one command: when its first confirmation arrives, every channel is subscribed.
+		err = conn.Do(ctx, conn.B().Subscribe().Channel(subs...).Build()).Error()
+	}
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ch := range unsubs {
+		if e := h.entries[ch]; e != nil {
+			h.markDirtyLocked(e) // deleted next round if still unused, or subscribed again
+		}
+	}
+	for _, ch := range subs {
+		e := h.entries[ch]
+		if e == nil {
+			continue
+		}
+		if e.pending != nil {
+			e.pending.err = err
+			close(e.pending.done)
+			e.pending = nil
+		}
+		if err != nil {
+			wakeAllLocked(e)
+			h.markDirtyLocked(e)
+			continue
+		}
+		e.subscribed = true
+		if e.resync {
+			e.resync = false
+			wakeAllLocked(e)
+		}
+		if len(e.waiters) == 0 {
+			h.markDirtyLocked(e)
+		}
+	}
+	return err
+}
+
+// attempt tries to acquire a lock once. When it does not get the lock, holderTTL is how long the current
+// hold may still last (negative: no expiry known), so a waiter never sleeps past it.
+type attempt func(ctx context.Context) (acquired bool, holderTTL time.Duration, err error)
+
+// acquireWaiting is the wait loop of every lock type: try; if the lock is taken, subscribe to its release
+// channel, try again (a release between the first try and the subscription would otherwise be missed),
+// then sleep until a release notification, the holder's TTL, the end of wait, or ctx, and try again.
+// wait < 0 waits as long as ctx allows; wait == 0 makes one attempt.
+func (c *Client) acquireWaiting(ctx context.Context, channel string, wait time.Duration, try attempt) (bool, error) {
+	ok, _, err := try(ctx)
+	if ok || err != nil || wait == 0 {
+		return ok, err
+	}
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	w, err := c.hub.join(ctx, channel)
+	if err != nil {
+		return false, err
+	}
+	acquired := false
+	defer func() { c.hub.leave(w, acquired) }()
+
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		ok, ttl, err := try(ctx)
+		if ok {
+			acquired = true
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		sleep := ttl
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return false, nil
+			}
+			if sleep < 0 || left < sleep {
+				sleep = left
+			}
+		}
+		var timeout <-chan time.Time
+		if sleep >= 0 {
+			if timer == nil {
+				timer = time.NewTimer(sleep)
+			} else {
+				timer.Reset(sleep)
+			}
+			timeout = timer.C
+		}
+		select {
+		case <-w.wake:
+		case <-timeout:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-c.hub.done:
+			return false, ErrClosed
+		}
+	}
+}

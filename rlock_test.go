@@ -1,0 +1,799 @@
+package relock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+func TestHoldCountThroughNestedLockUnlock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	l := c.Lock("nested")
+
+	wantCount := func(want int) {
+		t.Helper()
+		n, err := l.HoldCount(ctx)
+		if err != nil || n != want {
+			t.Fatalf("HoldCount = %d, %v; want %d", n, err, want)
+		}
+	}
+	wantCount(0)
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantCount(1)
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantCount(2)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantCount(1)
+	if held, err := l.IsHeld(ctx); err != nil || !held {
+		t.Fatalf("IsHeld = %v, %v after one of two unlocks", held, err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantCount(0)
+	if n, _ := do(t, rdb, "EXISTS", "nested").AsInt64(); n != 0 {
+		t.Fatal("the key is still there after the last unlock")
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("Unlock of a released lock = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestUnlockByOtherGoroutineFails(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 10*time.Second)
+	l := c.Lock("goroutines")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var err error
+	var held bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err = l.Unlock(ctx)
+		held, _ = l.IsHeld(ctx)
+	}()
+	<-done
+	if !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("Unlock from another goroutine = %v, want ErrNotHeld", err)
+	}
+	if held {
+		t.Fatal("another goroutine reports holding the lock")
+	}
+	if n, err := l.HoldCount(ctx); n != 1 || err != nil {
+		t.Fatalf("hold count after the failed unlock = %d, %v; want 1", n, err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("owner's Unlock: %v", err)
+	}
+}
+
+func TestUnlockByOtherClientFails(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 10*time.Second)
+	ownerCtx := relock.WithOwner(ctx, "job-7")
+	if err := a.Lock("clients").Lock(ownerCtx); err != nil {
+		t.Fatal(err)
+	}
+	// Same goroutine and same explicit token, but another Client: another owner.
+	if err := b.Lock("clients").Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("Unlock on another Client = %v, want ErrNotHeld", err)
+	}
+	if err := b.Lock("clients").Unlock(ownerCtx); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("Unlock on another Client with the same token = %v, want ErrNotHeld", err)
+	}
+	if n, err := a.Lock("clients").HoldCount(ownerCtx); n != 1 || err != nil {
+		t.Fatalf("hold count = %d, %v; want 1", n, err)
+	}
+}
+
+func TestExplicitOwnerHandsLockToOtherGoroutines(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	ctx := relock.WithOwner(ctxTimeout(t, 10*time.Second), "batch-42")
+	l := c.Lock("handoff")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(1)
+	go func() { // a worker re-enters the owner's lock, then releases that hold
+		defer wg.Done()
+		if err := l.Lock(ctx); err != nil {
+			errs <- err
+			return
+		}
+		errs <- l.Unlock(ctx)
+	}()
+	wg.Wait()
+	wg.Add(1)
+	go func() { // another goroutine releases the owner's hold
+		defer wg.Done()
+		errs <- l.Unlock(ctx)
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if locked, err := l.IsLocked(ctx); locked || err != nil {
+		t.Fatalf("IsLocked = %v, %v after the owner's goroutines released it", locked, err)
+	}
+}
+
+func TestLeaseExpiryLetsOtherOwnerIn(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 10*time.Second)
+	const lease = 300 * time.Millisecond
+	if err := a.Lock("lease").LockWithLease(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := b.Lock("lease").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter sleeps until the holder's TTL runs out: no release message is ever sent.
+	if waited := time.Since(start); waited < lease-50*time.Millisecond || waited > lease+500*time.Millisecond {
+		t.Fatalf("the other owner got the lock after %v; lease was %v", waited, lease)
+	}
+	if err := a.Lock("lease").Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("expired owner's Unlock = %v, want ErrNotHeld", err)
+	}
+	if n, err := b.Lock("lease").HoldCount(ctx); n != 1 || err != nil {
+		t.Fatalf("new owner's hold count = %d, %v; want 1", n, err)
+	}
+}
+
+func TestTryLockGivesUpAfterWait(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 10*time.Second)
+	if err := a.Lock("busy").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ok, err := b.Lock("busy").TryLock(ctx, 300*time.Millisecond, 0)
+	waited := time.Since(start)
+	if ok || err != nil {
+		t.Fatalf("TryLock on a held lock = %v, %v", ok, err)
+	}
+	if waited < 290*time.Millisecond || waited > 800*time.Millisecond {
+		t.Fatalf("TryLock(300ms) returned after %v", waited)
+	}
+	ok, err = b.Lock("busy").TryLock(ctx, 0, 0)
+	if ok || err != nil {
+		t.Fatalf("TryLock(0) on a held lock = %v, %v", ok, err)
+	}
+}
+
+func TestWaiterWakesOnRelease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := a.Lock("wake").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	acquired := make(chan time.Time, 1)
+	go func() {
+		if err := b.Lock("wake").Lock(ctx); err != nil {
+			t.Error(err)
+		}
+		acquired <- time.Now()
+		_ = b.Lock("wake").Unlock(ctx)
+	}()
+	rdb := rawClient(t, srv)
+	eventually(t, 5*time.Second, "the waiter subscribes", func() bool {
+		return numsub(t, rdb, "redisson_lock__channel:{wake}") == 1
+	})
+	released := time.Now()
+	if err := a.Lock("wake").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The lock has the default 30 s TTL: only the release message can wake the waiter this soon.
+	if d := (<-acquired).Sub(released); d > 200*time.Millisecond {
+		t.Fatalf("the waiter acquired %v after the release", d)
+	}
+}
+
+func TestMutualExclusionCounter(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	clients := []*relock.Client{newClient(t, srv, nil), newClient(t, srv, nil)}
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 120*time.Second)
+	const goroutines, increments = 16, 200
+	var wg sync.WaitGroup
+	var inside atomic.Int32
+	for _, c := range clients {
+		for g := 0; g < goroutines; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l := c.Lock("counter-lock")
+				for i := 0; i < increments; i++ {
+					if err := l.Lock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+					if inside.Add(1) != 1 {
+						t.Error("two owners inside the critical section")
+					}
+					// A read-modify-write that loses updates unless the lock excludes everyone else.
+					n, err := rdb.Do(ctx, rdb.B().Get().Key("counter").Build()).AsInt64()
+					if err != nil && !rueidis.IsRedisNil(err) {
+						t.Error(err)
+					}
+					if err := rdb.Do(ctx, rdb.B().Set().Key("counter").Value(strconv.FormatInt(n+1, 10)).Build()).Error(); err != nil {
+						t.Error(err)
+					}
+					inside.Add(-1)
+					if err := l.Unlock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	n, err := do(t, rdb, "GET", "counter").AsInt64()
+	if want := int64(len(clients) * goroutines * increments); n != want || err != nil {
+		t.Fatalf("counter = %d, %v; want %d", n, err, want)
+	}
+	if locked, _ := do(t, rdb, "EXISTS", "counter-lock").AsInt64(); locked != 0 {
+		t.Fatal("the lock key is left behind")
+	}
+}
+
+func TestCancelledWaiterLeavesNothingBehind(t *testing.T) {
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	if err := a.Lock("cancel").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The first wait starts b's subscription connection, which lives as long as b: start it before the
+	// goroutine snapshot.
+	if ok, err := b.Lock("cancel").TryLock(ctx, 20*time.Millisecond, 0); ok || err != nil {
+		t.Fatalf("warm-up TryLock = %v, %v", ok, err)
+	}
+	const channel = "redisson_lock__channel:{cancel}"
+	eventually(t, 5*time.Second, "the warm-up subscription ends", func() bool { return numsub(t, rdb, channel) == 0 })
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	waitCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- b.Lock("cancel").Lock(waitCtx) }()
+	eventually(t, 5*time.Second, "the waiter subscribes", func() bool { return numsub(t, rdb, channel) == 1 })
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Lock = %v, want context.Canceled", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("a cancelled Lock did not return")
+	}
+	eventually(t, 5*time.Second, "PUBSUB NUMSUB returns to 0", func() bool { return numsub(t, rdb, channel) == 0 })
+	if n, err := a.Lock("cancel").HoldCount(ctx); n != 1 || err != nil {
+		t.Fatalf("holder's count = %d, %v", n, err)
+	}
+}
+
+func TestRedisRestartWhileHeld(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := c.Lock("restart").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// The hold died with the server. The Unlock either meets the broken connection or a fresh server that
+	// knows neither the hold nor the script (EVALSHA answers NOSCRIPT, EVAL follows): an error either way.
+	if err := c.Lock("restart").Unlock(ctx); err == nil {
+		t.Fatal("Unlock after a restart returned no error")
+	}
+	// rueidis pipelines over several connections and re-dials each broken one when it is next used, so
+	// the first few calls may each still meet a connection the restart broke. After that, everything works.
+	retry := func(what string, call func() error) {
+		t.Helper()
+		var err error
+		for i := 0; i < 20; i++ {
+			if err = call(); err == nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("%s after a restart: %v", what, err)
+	}
+	l := c.Lock("after-restart")
+	retry("Lock", func() error { return l.Lock(ctx) })
+	retry("Unlock", func() error { return l.Unlock(ctx) })
+	for i := 0; i < 10; i++ {
+		if err := l.Lock(ctx); err != nil {
+			t.Fatalf("Lock %d after reconnecting: %v", i, err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock %d after reconnecting: %v", i, err)
+		}
+	}
+	if locked, err := l.IsLocked(ctx); locked || err != nil {
+		t.Fatalf("IsLocked = %v, %v", locked, err)
+	}
+}
+
+func TestInvalidInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	if err := c.Lock("held").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	var nilClient *relock.Client
+	closed, err := relock.New([]string{srv.Addr()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+
+	if err := do(t, rdb, "CONFIG", "RESETSTAT").Error(); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"empty name Lock", func() error { return c.Lock("").Lock(ctx) }, relock.ErrInvalidName},
+		{"empty name TryLock", func() error { _, err := c.Lock("").TryLock(ctx, 0, time.Second); return err }, relock.ErrInvalidName},
+		{"empty name Unlock", func() error { return c.Lock("").Unlock(ctx) }, relock.ErrInvalidName},
+		{"empty name ForceUnlock", func() error { _, err := c.Lock("").ForceUnlock(ctx); return err }, relock.ErrInvalidName},
+		{"empty name IsLocked", func() error { _, err := c.Lock("").IsLocked(ctx); return err }, relock.ErrInvalidName},
+		{"negative wait", func() error { _, err := c.Lock("x").TryLock(ctx, -time.Second, 0); return err }, relock.ErrInvalidDuration},
+		{"negative lease", func() error { _, err := c.Lock("x").TryLock(ctx, 0, -time.Second); return err }, relock.ErrInvalidDuration},
+		{"zero lease", func() error { return c.Lock("x").LockWithLease(ctx, 0) }, relock.ErrInvalidDuration},
+		{"negative lease Lock", func() error { return c.Lock("x").LockWithLease(ctx, -1) }, relock.ErrInvalidDuration},
+		{"nil client Lock", func() error { return nilClient.Lock("x").Lock(ctx) }, relock.ErrNilClient},
+		{"nil client Unlock", func() error { return nilClient.Lock("x").Unlock(ctx) }, relock.ErrNilClient},
+		{"nil client HoldCount", func() error { _, err := nilClient.Lock("x").HoldCount(ctx); return err }, relock.ErrNilClient},
+		{"nil lock", func() error { return (*relock.RLock)(nil).Lock(ctx) }, relock.ErrNilClient},
+		{"closed client Lock", func() error { return closed.Lock("x").Lock(ctx) }, relock.ErrClosed},
+		{"closed client Unlock", func() error { return closed.Lock("held").Unlock(ctx) }, relock.ErrClosed},
+		{"cancelled Lock", func() error { return c.Lock("x").Lock(cancelled) }, context.Canceled},
+		{"cancelled TryLock", func() error { _, err := c.Lock("x").TryLock(cancelled, time.Second, 0); return err }, context.Canceled},
+		{"cancelled Unlock", func() error { return c.Lock("held").Unlock(cancelled) }, context.Canceled},
+		{"cancelled ForceUnlock", func() error { _, err := c.Lock("held").ForceUnlock(cancelled); return err }, context.Canceled},
+		{"empty owner", func() error { return c.Lock("x").Lock(relock.WithOwner(ctx, "")) }, relock.ErrInvalidOwner},
+		{"numeric owner", func() error { return c.Lock("x").Lock(relock.WithOwner(ctx, "17")) }, relock.ErrInvalidOwner},
+		{"empty owner Unlock", func() error { return c.Lock("held").Unlock(relock.WithOwner(ctx, "")) }, relock.ErrInvalidOwner},
+		{"non-owner Unlock", func() error { return c.Lock("held").Unlock(relock.WithOwner(ctx, "someone")) }, relock.ErrNotHeld},
+	}
+	for _, tc := range cases {
+		if err := tc.call(); !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	for _, opts := range []*relock.Options{{WatchdogTimeout: -time.Second}} {
+		if _, err := relock.New([]string{srv.Addr()}, opts); !errors.Is(err, relock.ErrInvalidDuration) {
+			t.Errorf("New with %+v: err = %v, want ErrInvalidDuration", opts, err)
+		}
+	}
+	if _, err := relock.New(nil, nil); !errors.Is(err, relock.ErrInvalidOptions) {
+		t.Errorf("New without address: err = %v, want ErrInvalidOptions", err)
+	}
+	if _, err := relock.Wrap(nil, nil); !errors.Is(err, relock.ErrNilClient) {
+		t.Errorf("Wrap(nil): err = %v, want ErrNilClient", err)
+	}
+
+	// Only the non-owner Unlock reached Redis, and it changed nothing.
+	calls := commandCalls(t, rdb)
+	for cmd, n := range calls {
+		switch cmd {
+		case "evalsha", "eval":
+			if n != 1 {
+				t.Errorf("%d %s calls, want 1 (the non-owner Unlock)", n, cmd)
+			}
+		case "hget": // run by the release script of the non-owner Unlock (commandstats counts script calls)
+		case "info", "config|resetstat", "ping", "hello", "client|setinfo", "client|tracking":
+		default:
+			t.Errorf("invalid input sent %d %s command(s) to Redis", n, cmd)
+		}
+	}
+	if keys, _ := do(t, rdb, "KEYS", "*").AsStrSlice(); len(keys) != 1 || keys[0] != "held" {
+		t.Errorf("keys after invalid calls = %v, want [held]", keys)
+	}
+	if n, err := c.Lock("held").HoldCount(ctx); n != 1 || err != nil {
+		t.Errorf("hold count = %d, %v; want 1", n, err)
+	}
+}
+
+func TestRedissonLayout(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	l := c.Lock("shared")
+
+	// relock writes what Redisson writes: hash at the name, field "<uuid>:<goroutine id>", value = count.
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fields, err := do(t, rdb, "HGETALL", "shared").AsStrMap()
+	if err != nil || len(fields) != 1 {
+		t.Fatalf("HGETALL shared = %v, %v", fields, err)
+	}
+	for field, count := range fields {
+		id, token, ok := cutLast(field, ":")
+		if !ok || id != c.ID() || count != "1" {
+			t.Fatalf("field %q = %q; want %q:<goroutine id> = 1", field, count, c.ID())
+		}
+		if _, err := strconv.ParseUint(token, 10, 64); err != nil {
+			t.Fatalf("owner token %q is not a goroutine id", token)
+		}
+	}
+	if ttl, _ := do(t, rdb, "PTTL", "shared").AsInt64(); ttl <= 0 || ttl > int64(relock.DefaultWatchdogTimeout/time.Millisecond) {
+		t.Fatalf("PTTL = %d ms; want (0, 30000]", ttl)
+	}
+
+	// relock's last Unlock publishes "0" on redisson_lock__channel:{shared}.
+	msgs := make(chan rueidis.PubSubMessage, 1)
+	subCtx, stop := context.WithCancel(ctx)
+	subscribed := make(chan struct{})
+	go rdb.Receive(rueidis.WithOnSubscriptionHook(subCtx, func(rueidis.PubSubSubscription) { close(subscribed) }),
+		rdb.B().Subscribe().Channel("redisson_lock__channel:{shared}").Build(),
+		func(m rueidis.PubSubMessage) { msgs <- m })
+	<-subscribed
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-msgs:
+		if m.Message != "0" {
+			t.Fatalf("unlock message = %q, want \"0\"", m.Message)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no message on redisson_lock__channel:{shared}")
+	}
+	stop()
+
+	// A hold written by "Redisson" with plain commands excludes relock.
+	do(t, rdb, "HSET", "shared", "6f1c2a7e-java-uuid:1", "1")
+	do(t, rdb, "PEXPIRE", "shared", "30000")
+	if ok, err := l.TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("TryLock over a Redisson hold = %v, %v", ok, err)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("Unlock of a Redisson hold = %v, want ErrNotHeld", err)
+	}
+	if v, _ := do(t, rdb, "HGET", "shared", "6f1c2a7e-java-uuid:1").ToString(); v != "1" {
+		t.Fatalf("the Redisson hold changed: %q", v)
+	}
+}
+
+func cutLast(s, sep string) (before, after string, ok bool) {
+	for i := len(s) - len(sep); i >= 0; i-- {
+		if s[i:i+len(sep)] == sep {
+			return s[:i], s[i+len(sep):], true
+		}
+	}
+	return s, "", false
+}
+
+func TestReentryNeverShortensHold(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	l := c.Lock("reentry-ttl")
+	ctx := ctxTimeout(t, 10*time.Second)
+	if err := l.LockWithLease(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := l.TryLock(ctx, 0, 100*time.Millisecond); !ok || err != nil {
+		t.Fatalf("reentrant TryLock = %v, %v", ok, err)
+	}
+	if ttl, err := l.RemainingTTL(ctx); err != nil || ttl < 9*time.Second {
+		t.Fatalf("RemainingTTL after a short reentrant lease = %v, %v; want about 10s", ttl, err)
+	}
+	if ok, err := l.TryLock(ctx, 0, 20*time.Second); !ok || err != nil {
+		t.Fatalf("reentrant TryLock = %v, %v", ok, err)
+	}
+	if ttl, err := l.RemainingTTL(ctx); err != nil || ttl < 19*time.Second {
+		t.Fatalf("RemainingTTL after a longer reentrant lease = %v, %v; want about 20s", ttl, err)
+	}
+}
+
+func TestForceUnlockWakesWaiter(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 10*time.Second)
+	if err := a.Lock("stuck").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- b.Lock("stuck").Lock(ctx) }()
+	rdb := rawClient(t, srv)
+	eventually(t, 5*time.Second, "the waiter subscribes", func() bool {
+		return numsub(t, rdb, "redisson_lock__channel:{stuck}") == 1
+	})
+	if ok, err := b.Lock("stuck").ForceUnlock(ctx); !ok || err != nil {
+		t.Fatalf("ForceUnlock = %v, %v", ok, err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiter was not woken by ForceUnlock")
+	}
+	if err := a.Lock("stuck").Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("the evicted owner's Unlock = %v, want ErrNotHeld", err)
+	}
+	if ok, err := a.Lock("nothing").ForceUnlock(ctx); ok || err != nil {
+		t.Fatalf("ForceUnlock of a free lock = %v, %v", ok, err)
+	}
+}
+
+func TestOneLocalWaiterWokenPerRelease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	holder, waiters := newClient(t, srv, nil), newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := holder.Lock("herd").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	var acquired atomic.Int32
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := waiters.Lock("herd")
+			if err := l.Lock(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			acquired.Add(1)
+			<-release
+			if err := l.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	eventually(t, 5*time.Second, "the waiters subscribe", func() bool {
+		return numsub(t, rdb, "redisson_lock__channel:{herd}") == 1
+	})
+	time.Sleep(100 * time.Millisecond) // let every waiter make its attempts and sleep
+	do(t, rdb, "CONFIG", "RESETSTAT")
+	if err := holder.Lock("herd").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "a waiter acquires", func() bool { return acquired.Load() == 1 })
+	time.Sleep(100 * time.Millisecond)
+	calls := commandCalls(t, rdb)
+	// The unlock, and one woken waiter's attempt: not one attempt per waiter.
+	if scripts := calls["evalsha"] + calls["eval"]; scripts > 3 {
+		t.Fatalf("%d script runs after one release with %d local waiters; want 2", scripts, n)
+	}
+	close(release)
+	wg.Wait()
+	if got := acquired.Load(); got != n {
+		t.Fatalf("%d of %d waiters acquired", got, n)
+	}
+}
+
+func TestCloseEndsWaits(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a := newClient(t, srv, nil)
+	b, err := relock.New([]string{srv.Addr()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxTimeout(t, 10*time.Second)
+	if err := a.Lock("closing").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- b.Lock("closing").Lock(ctx) }()
+	rdb := rawClient(t, srv)
+	eventually(t, 5*time.Second, "the waiter subscribes", func() bool {
+		return numsub(t, rdb, "redisson_lock__channel:{closing}") == 1
+	})
+	b.Close()
+	select {
+	case err := <-got:
+		if !errors.Is(err, relock.ErrClosed) {
+			t.Fatalf("Lock interrupted by Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close did not end a blocked Lock")
+	}
+	eventually(t, 5*time.Second, "the subscription ends with the Client", func() bool {
+		return numsub(t, rdb, "redisson_lock__channel:{closing}") == 0
+	})
+	if err := b.Close(); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+}
+
+func TestWrapLeavesRueidisClientOpen(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	c, err := relock.Wrap(rdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxTimeout(t, 10*time.Second)
+	if err := c.Lock("wrapped").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A wait opens relock's subscription connection on the borrowed client.
+	other, _ := relock.Wrap(rdb, nil)
+	if ok, err := other.Lock("wrapped").TryLock(ctx, 50*time.Millisecond, 0); ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	other.Close()
+	c.Close()
+	if err := rdb.Do(ctx, rdb.B().Ping().Build()).Error(); err != nil {
+		t.Fatalf("the borrowed client no longer works after Close: %v", err)
+	}
+	eventually(t, 5*time.Second, "no subscription is left", func() bool {
+		return numsub(t, rdb, "redisson_lock__channel:{wrapped}") == 0
+	})
+}
+
+func TestWaitersResubscribeAfterConnectionLoss(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := a.Lock("reconnect").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- b.Lock("reconnect").Lock(ctx) }()
+	const channel = "redisson_lock__channel:{reconnect}"
+	eventually(t, 5*time.Second, "the waiter subscribes", func() bool { return numsub(t, rdb, channel) == 1 })
+	if n, err := do(t, rdb, "CLIENT", "KILL", "TYPE", "pubsub").AsInt64(); n != 1 || err != nil {
+		t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v", n, err)
+	}
+	eventually(t, 5*time.Second, "the subscription is restored", func() bool { return numsub(t, rdb, channel) == 1 })
+	released := time.Now()
+	if err := a.Lock("reconnect").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(released); d > time.Second {
+			t.Fatalf("the waiter acquired %v after the release", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter hangs after its subscription connection was killed")
+	}
+}
+
+func TestRedisDownFailsWithinDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 10*time.Second)
+	if err := c.Lock("warm").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Resume()
+	for _, op := range []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"Lock", func(ctx context.Context) error { return c.Lock("down").Lock(ctx) }},
+		{"TryLock", func(ctx context.Context) error { _, err := c.Lock("down").TryLock(ctx, time.Second, 0); return err }},
+		{"Unlock", func(ctx context.Context) error { return c.Lock("warm").Unlock(ctx) }},
+	} {
+		opCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start := time.Now()
+		err := op.call(opCtx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s with Redis paused = %v, want context.DeadlineExceeded", op.name, err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("%s with Redis paused returned after %v; deadline was 300ms", op.name, d)
+		}
+	}
+}
+
+func TestLostAcquireReplyIsUndone(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := c.Lock("lost-reply").Lock(ctx); err != nil { // load the scripts: EVALSHA will run at once on resume
+		t.Fatal(err)
+	}
+	if err := c.Lock("lost-reply").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	do(t, rdb, "CONFIG", "RESETSTAT")
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	// The acquisition is written to the socket, but its reply cannot arrive before the deadline.
+	opCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err := c.Lock("lost-reply").Lock(opCtx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with Redis paused = %v", err)
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	// On resume Redis runs the acquisition nobody waits for; relock's undo must release it, long before
+	// the 30 s watchdog TTL would.
+	eventually(t, 5*time.Second, "the orphaned hold is taken and released", func() bool {
+		n, _ := do(t, rdb, "EXISTS", "lost-reply").AsInt64()
+		return n == 0 && commandCalls(t, rdb)["evalsha"] == 2 // the acquisition and its undo
+	})
+	if err := c.Lock("lost-reply").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Lock("lost-reply").HoldCount(ctx); n != 1 || err != nil {
+		t.Fatalf("hold count after the undo = %d, %v; want 1", n, err)
+	}
+}
