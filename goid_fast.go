@@ -1,0 +1,8 @@
+//go:build amd64 || arm64
+
+package relock
+
+import "unsafe"
+
+// getg returns the address of the calling goroutine's runtime.g (goid_*.s).
+func getg() unsafe.Pointer

@@ -1,0 +1,257 @@
+package relock_test
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock"
+)
+
+// The benchmarks run against the server TestMain starts. Compare them within one run: the floors
+// (BenchmarkFloorTwoPings, BenchmarkFloorRawScripts) use the same rueidis client as the relock Client.
+//
+//	go test -run '^$' -bench . -count 5
+
+func benchClient(b *testing.B) (rueidis.Client, *relock.Client) {
+	b.Helper()
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := relock.Wrap(rdb, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		c.Close()
+		rdb.Close()
+	})
+	return rdb, c
+}
+
+// rawScripts are the acquire and release scripts, loaded from lua/ and run straight through rueidis:
+// what any library using them must pay.
+func rawScripts(b *testing.B) (acquire, release *rueidis.Lua) {
+	load := func(name string) *rueidis.Lua {
+		src, err := os.ReadFile("lua/" + name + ".lua")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return rueidis.NewLuaScript(string(src))
+	}
+	return load("rlock_acquire"), load("rlock_release")
+}
+
+// BenchmarkFloorTwoPings is the physical floor of Lock+Unlock: two round trips.
+func BenchmarkFloorTwoPings(b *testing.B) {
+	rdb, _ := benchClient(b)
+	ctx := context.Background()
+	ping := rdb.B().Ping().Build().Pin()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := rdb.Do(ctx, ping).Error(); err != nil {
+			b.Fatal(err)
+		}
+		if err := rdb.Do(ctx, ping).Error(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFloorRawScripts runs relock's acquire and release scripts directly through rueidis.
+func BenchmarkFloorRawScripts(b *testing.B) {
+	rdb, _ := benchClient(b)
+	acquire, release := rawScripts(b)
+	ctx := context.Background()
+	keys := []string{"bench:raw"}
+	relKeys := []string{"bench:raw", "redisson_lock__channel:{bench:raw}"}
+	field := "00000000-0000-0000-0000-000000000000:1"
+	acqArgs, relArgs := []string{"30000", field}, []string{field, "0"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := acquire.Exec(ctx, rdb, keys, acqArgs).Error(); err != nil {
+			b.Fatal(err)
+		}
+		if err := release.Exec(ctx, rdb, relKeys, relArgs).Error(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLockUnlock is an uncontended Lock+Unlock on one goroutine.
+func BenchmarkLockUnlock(b *testing.B) {
+	_, c := benchClient(b)
+	l := c.Lock("bench:lock")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLockUnlockWithDeadline is BenchmarkLockUnlock with a context that can end, the usual case in
+// a server, which adds the deadline guard of every call.
+func BenchmarkLockUnlockWithDeadline(b *testing.B) {
+	_, c := benchClient(b)
+	l := c.Lock("bench:lock-deadline")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReentrantLockUnlock re-enters a lock the goroutine already holds.
+func BenchmarkReentrantLockUnlock(b *testing.B) {
+	_, c := benchClient(b)
+	l := c.Lock("bench:reentrant")
+	ctx := context.Background()
+	if err := l.Lock(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// parallelDistinctKeys runs b.N operations spread over workers goroutines, each on its own key.
+func parallelDistinctKeys(b *testing.B, workers int, op func(worker int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if err := op(w); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// BenchmarkLockUnlockParallel32 is Lock+Unlock by 32 goroutines on 32 keys; rueidis pipelines their
+// scripts onto shared connections.
+func BenchmarkLockUnlockParallel32(b *testing.B) {
+	_, c := benchClient(b)
+	ctx := context.Background()
+	locks := make([]*relock.RLock, 32)
+	for i := range locks {
+		locks[i] = c.Lock("bench:parallel:" + strconv.Itoa(i))
+	}
+	parallelDistinctKeys(b, len(locks), func(w int) error {
+		if err := locks[w].Lock(ctx); err != nil {
+			return err
+		}
+		return locks[w].Unlock(ctx)
+	})
+}
+
+// BenchmarkFloorRawScriptsParallel32 is BenchmarkLockUnlockParallel32's floor.
+func BenchmarkFloorRawScriptsParallel32(b *testing.B) {
+	rdb, _ := benchClient(b)
+	acquire, release := rawScripts(b)
+	ctx := context.Background()
+	parallelDistinctKeys(b, 32, func(w int) error {
+		key := "bench:raw-parallel:" + strconv.Itoa(w)
+		field := "00000000-0000-0000-0000-000000000000:" + strconv.Itoa(w)
+		if err := acquire.Exec(ctx, rdb, []string{key}, []string{"30000", field}).Error(); err != nil {
+			return err
+		}
+		return release.Exec(ctx, rdb, []string{key, "redisson_lock__channel:{" + key + "}"}, []string{field, "0"}).Error()
+	})
+}
+
+// BenchmarkHandoff measures the time from one owner's Unlock call to the acquisition by an owner on
+// another Client that was already waiting: release script, pub/sub delivery, and the waiter's attempt.
+// Each owner holds the lock 1 ms, so the other is asleep in its wait when the release comes.
+// Reported as handoff-p50-µs and handoff-p99-µs.
+func BenchmarkHandoff(b *testing.B) {
+	_, x := benchClient(b)
+	_, y := benchClient(b)
+	ctx := context.Background()
+	var (
+		mu          sync.Mutex
+		handoffs    []time.Duration
+		lastRelease atomic.Int64 // UnixNano of the last Unlock call; 0 before the first
+		remaining   atomic.Int64
+	)
+	remaining.Store(int64(b.N))
+	handoffs = make([]time.Duration, 0, b.N)
+	// Each side waits for its turn token, then blocks in Lock until the other side unlocks.
+	turns := [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
+	clients := [2]*relock.Client{x, y}
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for side := 0; side < 2; side++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := clients[side].Lock("bench:handoff")
+			other := turns[1-side]
+			for range turns[side] {
+				if err := l.Lock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+				if at := lastRelease.Load(); at != 0 {
+					mu.Lock()
+					handoffs = append(handoffs, time.Since(time.Unix(0, at)))
+					mu.Unlock()
+				}
+				if remaining.Add(-1) < 0 {
+					_ = l.Unlock(ctx)
+					close(other)
+					return
+				}
+				other <- struct{}{} // the other side starts waiting while we hold
+				time.Sleep(time.Millisecond)
+				lastRelease.Store(time.Now().UnixNano())
+				if err := l.Unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			close(other)
+		}()
+	}
+	turns[0] <- struct{}{}
+	wg.Wait()
+	b.StopTimer()
+	if len(handoffs) > 0 {
+		slices.Sort(handoffs)
+		b.ReportMetric(float64(handoffs[len(handoffs)/2].Microseconds()), "handoff-p50-µs")
+		b.ReportMetric(float64(handoffs[len(handoffs)*99/100].Microseconds()), "handoff-p99-µs")
+	}
+}
