@@ -255,3 +255,47 @@ func BenchmarkHandoff(b *testing.B) {
 		b.ReportMetric(float64(handoffs[len(handoffs)*99/100].Microseconds()), "handoff-p99-µs")
 	}
 }
+
+// BenchmarkRatios interleaves, in every iteration, two PINGs, the raw acquire and release scripts, and a
+// relock Lock+Unlock on the same rueidis client, so that a noisy machine slows all three alike. It
+// reports each one's mean time and the ratios between them: lock/raw is relock's own overhead.
+func BenchmarkRatios(b *testing.B) {
+	rdb, c := benchClient(b)
+	acquire, release := rawScripts(b)
+	ctx := context.Background()
+	ping := rdb.B().Ping().Build().Pin()
+	keys := []string{"bench:ratio-raw"}
+	relKeys := []string{"bench:ratio-raw", "redisson_lock__channel:{bench:ratio-raw}"}
+	field := "00000000-0000-0000-0000-000000000000:1"
+	acqArgs, relArgs := []string{"30000", field}, []string{field, "0"}
+	l := c.Lock("bench:ratio-lock")
+	var pings, raw, lock time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if rdb.Do(ctx, ping).Error() != nil || rdb.Do(ctx, ping).Error() != nil {
+			b.Fatal("PING failed")
+		}
+		t1 := time.Now()
+		if err := acquire.Exec(ctx, rdb, keys, acqArgs).Error(); err != nil {
+			b.Fatal(err)
+		}
+		if err := release.Exec(ctx, rdb, relKeys, relArgs).Error(); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if err := l.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		pings, raw, lock = pings+t1.Sub(t0), raw+t2.Sub(t1), lock+t3.Sub(t2)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(pings.Microseconds())/n, "2ping-µs")
+	b.ReportMetric(float64(raw.Microseconds())/n, "raw-µs")
+	b.ReportMetric(float64(lock.Microseconds())/n, "lock-µs")
+	b.ReportMetric(float64(lock)/float64(raw), "lock/raw")
+	b.ReportMetric(float64(raw)/float64(pings), "raw/2ping")
+}

@@ -797,3 +797,42 @@ func TestLostAcquireReplyIsUndone(t *testing.T) {
 		t.Fatalf("hold count after the undo = %d, %v; want 1", n, err)
 	}
 }
+
+func TestReleaseWhileUnsubscribedIsNotMissed(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := a.Lock("gap").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- b.Lock("gap").Lock(ctx) }()
+	const channel = "redisson_lock__channel:{gap}"
+	eventually(t, 5*time.Second, "the waiter subscribes", func() bool { return numsub(t, rdb, channel) == 1 })
+
+	// Cut the subscription connection and keep it from coming back (SUBSCRIBE is refused) while the lock
+	// is released: the release message is published to nobody.
+	do(t, rdb, "ACL", "SETUSER", "default", "-subscribe")
+	defer do(t, rdb, "ACL", "SETUSER", "default", "+subscribe")
+	if n, err := do(t, rdb, "CLIENT", "KILL", "TYPE", "pubsub").AsInt64(); n != 1 || err != nil {
+		t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v", n, err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := a.Lock("gap").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(t, rdb, "ACL", "SETUSER", "default", "+subscribe").Error(); err != nil {
+		t.Fatal(err)
+	}
+	// The lock's key had the 30 s watchdog TTL; the waiter must retry once it is subscribed again.
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter missed a release published while its subscription was down")
+	}
+}
