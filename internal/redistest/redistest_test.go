@@ -1,0 +1,91 @@
+package redistest
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPauseResumeKillRestart(t *testing.T) {
+	s := Start(t)
+	if err := ping(s.Addr(), time.Second); err != nil {
+		t.Fatalf("fresh server: %v", err)
+	}
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(s.Addr(), 200*time.Millisecond); err == nil {
+		t.Fatal("a paused server answered PING")
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(s.Addr(), time.Second); err != nil {
+		t.Fatalf("resumed server: %v", err)
+	}
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Running() {
+		t.Fatal("Running after Kill")
+	}
+	if err := ping(s.Addr(), 200*time.Millisecond); err == nil {
+		t.Fatal("a killed server answered PING")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(s.Addr(), time.Second); err != nil {
+		t.Fatalf("restarted server: %v", err)
+	}
+}
+
+func TestStopWhilePaused(t *testing.T) {
+	s, err := StartServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Stop() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop hangs on a paused server")
+	}
+}
+
+func TestStartFailsClearlyWithoutRedis(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := StartServer()
+	if err == nil || !strings.Contains(err.Error(), "apt-get install") {
+		t.Fatalf("StartServer without redis-server = %v, want the install hint", err)
+	}
+}
+
+func TestExtraArgsReachTheServer(t *testing.T) {
+	s := Start(t, "--maxmemory", "10mb")
+	conn, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("CONFIG GET maxmemory\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	n, err := conn.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(buf[:n]), "10485760") {
+		t.Fatalf("CONFIG GET maxmemory = %q, want 10485760", buf[:n])
+	}
+}
