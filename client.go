@@ -34,8 +34,12 @@ import (
 // WatchdogTimeout zero. It is Redisson's lockWatchdogTimeout default.
 const DefaultWatchdogTimeout = 30 * time.Second
 
-// undoTimeout bounds the background undo of an acquisition whose reply was lost.
-const undoTimeout = 5 * time.Second
+// retryAttemptTimeout bounds one attempt of a background retry (retryUnknown), and retryBackoff is the
+// pause between attempts.
+const (
+	retryAttemptTimeout = time.Second
+	retryBackoff        = 50 * time.Millisecond
+)
 
 // Options configures a Client. The zero value, and a nil *Options, are valid and give the defaults.
 type Options struct {
@@ -198,6 +202,32 @@ func (c *Client) goBackground(fn func(ctx context.Context)) bool {
 		fn(c.life)
 	}()
 	return true
+}
+
+// retryUnknown runs call until Redis answers it (a reply, or an error reply), the deadline passes or life
+// ends, and returns the last reply, or -1 when none came. call must be safe to repeat: an attempt whose
+// outcome is unknown may have run.
+func (c *Client) retryUnknown(life context.Context, deadline time.Time, call func(ctx context.Context) (int64, error)) int64 {
+	for {
+		attemptDeadline := time.Now().Add(retryAttemptTimeout)
+		if deadline.Before(attemptDeadline) {
+			attemptDeadline = deadline
+		}
+		ctx, cancel := context.WithDeadline(life, attemptDeadline)
+		n, err := call(ctx)
+		cancel()
+		if err == nil {
+			return n
+		}
+		if !outcomeUnknown(err) || time.Now().After(deadline) {
+			return -1
+		}
+		select {
+		case <-life.Done():
+			return -1
+		case <-time.After(retryBackoff):
+		}
+	}
 }
 
 func roundUpToMillis(d time.Duration) time.Duration {

@@ -72,11 +72,15 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 }
 
 // eventually polls cond until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+// Extra funcs describe the state in the failure message.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool, state ...func() string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
+			for _, s := range state {
+				what += "; " + s()
+			}
 			t.Fatalf("not within %v: %s", d, what)
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -82,7 +82,7 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	args := []string{strconv.FormatInt(roundUpToMillis(ttl).Milliseconds(), 10), field}
 	key := holdKey{key: l.name, field: field}
 	ok, err := l.c.acquireWaiting(ctx, l.channel, wait, func(ctx context.Context) (bool, time.Duration, error) {
-		return l.attempt(ctx, key, args)
+		return l.attempt(ctx, key, ttl, args)
 	})
 	if err != nil {
 		return false, l.fail(op, err)
@@ -91,14 +91,14 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 }
 
 // attempt runs the acquire script once.
-func (l *RLock) attempt(ctx context.Context, key holdKey, args []string) (bool, time.Duration, error) {
+func (l *RLock) attempt(ctx context.Context, key holdKey, ttl time.Duration, args []string) (bool, time.Duration, error) {
 	if _, err := l.c.holds.prepare(ctx, key); err != nil {
 		return false, 0, err
 	}
 	reply, err := l.c.run(ctx, scriptAcquire, []string{l.name}, args).AsIntSlice()
 	if err != nil {
 		if outcomeUnknown(err) {
-			l.undoAcquire(key)
+			l.undoAcquire(key, ttl)
 		}
 		return false, 0, err
 	}
@@ -118,16 +118,17 @@ func (l *RLock) attempt(ctx context.Context, key holdKey, args []string) (bool, 
 // undoAcquire releases, in the background, the hold an acquisition may have taken although its reply was
 // lost (the context ended or the connection broke while the script was in flight). Without it, a lock
 // could stay taken by nobody until its TTL ran out. The release only happens if the hold count is the
-// one that acquisition would have produced; until it is done, the same owner's next acquisition of this
-// lock waits.
-func (l *RLock) undoAcquire(key holdKey) {
+// one that acquisition would have produced, so trying again after an attempt whose outcome is unknown is
+// safe; the undo keeps trying until Redis answers or the hold it might undo has expired anyway. Until it
+// is done, the same owner's next acquisition of this lock waits.
+func (l *RLock) undoAcquire(key holdKey, ttl time.Duration) {
 	prior, done := l.c.holds.settle(key)
+	args := []string{key.field, unlockMessage, strconv.FormatInt(prior+1, 10)}
 	ran := l.c.goBackground(func(life context.Context) {
-		ctx, cancel := context.WithTimeout(life, undoTimeout)
-		defer cancel()
-		args := []string{key.field, unlockMessage, strconv.FormatInt(prior+1, 10)}
-		left, err := l.c.run(ctx, scriptRelease, []string{l.name, l.channel}, args).AsInt64()
-		if err != nil || left < 0 {
+		left := l.c.retryUnknown(life, time.Now().Add(ttl), func(ctx context.Context) (int64, error) {
+			return l.c.run(ctx, scriptRelease, []string{l.name, l.channel}, args).AsInt64()
+		})
+		if left < 0 {
 			left = prior // the acquisition did not run, or we cannot tell: keep what we knew
 		}
 		done(left)

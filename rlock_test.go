@@ -3,6 +3,7 @@ package relock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -791,12 +792,14 @@ func TestLostAcquireReplyIsUndone(t *testing.T) {
 		// On resume Redis runs the acquisition nobody waits for (its script calls HSET); relock's undo must
 		// release it, long before the 30 s watchdog TTL would.
 		var acquired bool
+		var last string
 		eventually(t, 5*time.Second, "the orphaned hold is released", func() bool {
 			calls := commandCalls(t, rdb)
 			n, _ := do(t, rdb, "EXISTS", "lost-reply").AsInt64()
 			acquired = calls["hset"] == 1
+			last = fmt.Sprintf("exists=%d calls=%v", n, calls)
 			return n == 0 && calls["evalsha"] == 1+calls["hset"] // the undo, and the acquisition if it ran
-		})
+		}, func() string { return last })
 		if acquired {
 			break
 		}
