@@ -117,3 +117,13 @@ func commandCalls(t testing.TB, rdb rueidis.Client) map[string]int {
 	}
 	return calls
 }
+
+// startWaiter starts l.Lock(ctx) on a new goroutine and returns once the waiter has subscribed to
+// channel; its result arrives on the returned channel.
+func startWaiter(t testing.TB, l *relock.RLock, ctx context.Context, rdb rueidis.Client, channel string) <-chan error {
+	t.Helper()
+	got := make(chan error, 1)
+	go func() { got <- l.Lock(ctx) }()
+	eventually(t, 5*time.Second, "the waiter subscribes to "+channel, func() bool { return numsub(t, rdb, channel) == 1 })
+	return got
+}

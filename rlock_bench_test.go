@@ -88,27 +88,20 @@ func BenchmarkFloorRawScripts(b *testing.B) {
 
 // BenchmarkLockUnlock is an uncontended Lock+Unlock on one goroutine.
 func BenchmarkLockUnlock(b *testing.B) {
-	_, c := benchClient(b)
-	l := c.Lock("bench:lock")
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := l.Lock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchLockUnlock(b, context.Background(), "bench:lock")
 }
 
 // BenchmarkLockUnlockWithDeadline is BenchmarkLockUnlock with a context that can end, the usual case in
 // a server, which adds the deadline guard of every call.
 func BenchmarkLockUnlockWithDeadline(b *testing.B) {
-	_, c := benchClient(b)
-	l := c.Lock("bench:lock-deadline")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
+	benchLockUnlock(b, ctx, "bench:lock-deadline")
+}
+
+func benchLockUnlock(b *testing.B, ctx context.Context, name string) {
+	_, c := benchClient(b)
+	l := c.Lock(name)
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := l.Lock(ctx); err != nil {

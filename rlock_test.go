@@ -555,12 +555,7 @@ func TestForceUnlockWakesWaiter(t *testing.T) {
 	if err := a.Lock("stuck").Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() { got <- b.Lock("stuck").Lock(ctx) }()
-	rdb := rawClient(t, srv)
-	eventually(t, 5*time.Second, "the waiter subscribes", func() bool {
-		return numsub(t, rdb, "redisson_lock__channel:{stuck}") == 1
-	})
+	got := startWaiter(t, b.Lock("stuck"), ctx, rawClient(t, srv), "redisson_lock__channel:{stuck}")
 	if ok, err := b.Lock("stuck").ForceUnlock(ctx); !ok || err != nil {
 		t.Fatalf("ForceUnlock = %v, %v", ok, err)
 	}
@@ -643,12 +638,8 @@ func TestCloseEndsWaits(t *testing.T) {
 	if err := a.Lock("closing").Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() { got <- b.Lock("closing").Lock(ctx) }()
 	rdb := rawClient(t, srv)
-	eventually(t, 5*time.Second, "the waiter subscribes", func() bool {
-		return numsub(t, rdb, "redisson_lock__channel:{closing}") == 1
-	})
+	got := startWaiter(t, b.Lock("closing"), ctx, rdb, "redisson_lock__channel:{closing}")
 	b.Close()
 	select {
 	case err := <-got:
@@ -702,10 +693,8 @@ func TestWaitersResubscribeAfterConnectionLoss(t *testing.T) {
 	if err := a.Lock("reconnect").Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() { got <- b.Lock("reconnect").Lock(ctx) }()
 	const channel = "redisson_lock__channel:{reconnect}"
-	eventually(t, 5*time.Second, "the waiter subscribes", func() bool { return numsub(t, rdb, channel) == 1 })
+	got := startWaiter(t, b.Lock("reconnect"), ctx, rdb, channel)
 	if n, err := do(t, rdb, "CLIENT", "KILL", "TYPE", "pubsub").AsInt64(); n != 1 || err != nil {
 		t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v", n, err)
 	}
@@ -824,10 +813,7 @@ func TestReleaseWhileUnsubscribedIsNotMissed(t *testing.T) {
 	if err := a.Lock("gap").Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() { got <- b.Lock("gap").Lock(ctx) }()
-	const channel = "redisson_lock__channel:{gap}"
-	eventually(t, 5*time.Second, "the waiter subscribes", func() bool { return numsub(t, rdb, channel) == 1 })
+	got := startWaiter(t, b.Lock("gap"), ctx, rdb, "redisson_lock__channel:{gap}")
 
 	// Cut the subscription connection and keep it from coming back (SUBSCRIBE is refused) while the lock
 	// is released: the release message is published to nobody.
