@@ -22,12 +22,16 @@ package relock
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultWatchdogTimeout is the time to live of a hold acquired without a lease, when Options leaves
@@ -43,14 +47,23 @@ const (
 
 // Options configures a Client. The zero value, and a nil *Options, are valid and give the defaults.
 type Options struct {
-	// WatchdogTimeout is how long a hold acquired without a lease lives in Redis. Zero means
-	// DefaultWatchdogTimeout; it is rounded up to whole milliseconds and must not be negative.
+	// WatchdogTimeout is how long a hold acquired without a lease lives in Redis between renewals: the
+	// watchdog renews such holds every WatchdogTimeout/3 while they are held, so a holder that dies or is
+	// cut off loses the lock within WatchdogTimeout. Zero means DefaultWatchdogTimeout; it is rounded up to
+	// whole milliseconds and must not be negative.
 	WatchdogTimeout time.Duration
 
 	// Redis is the configuration New starts from when it builds its rueidis client (authentication, TLS,
 	// timeouts, ...). New sets InitAddress from its addrs argument when that is not empty, and disables
 	// client-side caching, which relock does not use. Wrap ignores it.
 	Redis rueidis.ClientOption
+
+	// TracerProvider gives the tracer of relock's spans. Nil means the global one (otel.GetTracerProvider),
+	// which records nothing until an SDK is installed.
+	TracerProvider trace.TracerProvider
+
+	// MeterProvider gives the meter of relock's metrics. Nil means the global one (otel.GetMeterProvider).
+	MeterProvider metric.MeterProvider
 }
 
 // Client is the entry point of relock: it makes lock objects and owns everything with a lifetime that
@@ -63,8 +76,9 @@ type Client struct {
 
 	watchdogTimeout time.Duration
 
-	holds *holdRegistry
-	hub   *hub
+	watchdog *watchdog
+	hub      *hub
+	tel      *telemetry
 
 	// life ends at Close; background work (undos) runs under it and is counted in bg.
 	life   context.Context
@@ -133,15 +147,26 @@ func newClient(rdb rueidis.Client, borrowed bool, o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	tp, mp := o.TracerProvider, o.MeterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
 	life, end := context.WithCancel(context.Background())
 	c := &Client{
 		rdb:             rdb,
 		borrowed:        borrowed,
 		id:              uuid.NewString(),
 		watchdogTimeout: o.WatchdogTimeout,
-		holds:           newHoldRegistry(),
 		life:            life,
 		end:             end,
+	}
+	c.watchdog = newWatchdog(c, o.WatchdogTimeout)
+	if c.tel, err = newTelemetry(tp, mp, c.watchdog.heldByKind); err != nil {
+		end()
+		return nil, &opError{op: "new", err: err}
 	}
 	c.hub = newHub(rdb, life)
 	return c, nil
@@ -157,7 +182,9 @@ func (c *Client) ID() string {
 
 // Close ends everything the Client started: waiters blocked in its locks return ErrClosed, its
 // subscription connection and goroutines end, and, when New built the rueidis client, that client is
-// closed. Holds are not released: they expire at the end of their lease or watchdog timeout.
+// closed. Holds are not released: renewal stops, so they expire at the end of their lease or watchdog
+// timeout, and their contexts (HoldContext) are cancelled with a cause matching both ErrLockLost and
+// ErrClosed.
 // Close is idempotent; every call after the first returns nil at once.
 func (c *Client) Close() error {
 	if c == nil {
@@ -169,7 +196,9 @@ func (c *Client) Close() error {
 		c.bgMu.Unlock()
 		c.end()
 		c.hub.close()
+		c.watchdog.close()
 		c.bg.Wait()
+		c.tel.close()
 		if !c.borrowed {
 			c.rdb.Close()
 		}
@@ -228,6 +257,11 @@ func (c *Client) retryUnknown(life context.Context, deadline time.Time, call fun
 		case <-time.After(retryBackoff):
 		}
 	}
+}
+
+// fmtMillis formats d, rounded up to whole milliseconds, as a script argument.
+func fmtMillis(d time.Duration) string {
+	return strconv.FormatInt(roundUpToMillis(d).Milliseconds(), 10)
 }
 
 func roundUpToMillis(d time.Duration) time.Duration {

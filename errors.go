@@ -31,6 +31,9 @@ var (
 	// of decimal digits, which are reserved for goroutine owners.
 	ErrInvalidOwner = errors.New("relock: invalid owner token")
 
+	// ErrNotFenced means FencingToken was called on a lock made without WithFencing.
+	ErrNotFenced = errors.New("relock: lock is not fenced")
+
 	// ErrInvalidOptions means the Options given to New or Wrap cannot work (for example, no Redis address).
 	ErrInvalidOptions = errors.New("relock: invalid options")
 )

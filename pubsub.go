@@ -2,6 +2,7 @@ package relock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -364,6 +365,41 @@ func (h *hub) reconcile(conn rueidis.DedicatedClient) error {
 // attempt tries to acquire a lock once. When it does not get the lock, holderTTL is how long the current
 // hold may still last (negative: no expiry known), so a waiter never sleeps past it.
 type attempt func(ctx context.Context) (acquired bool, holderTTL time.Duration, err error)
+
+// acquireOp is one acquisition by any lock type, for the shared wait loop.
+type acquireOp struct {
+	kind    lockKind
+	name    string
+	channel string        // where the lock's releases are announced
+	wait    time.Duration // < 0: as long as ctx allows; 0: one attempt
+	try     attempt
+}
+
+// acquire runs op in the shared wait loop, inside a "relock.acquire" span, and records its outcome.
+func (c *Client) acquire(ctx context.Context, op acquireOp) (bool, error) {
+	start := time.Now()
+	ctx, span := c.tel.startSpan(ctx, "relock.acquire", op.kind, op.name)
+	attempts := 0
+	ok, err := c.acquireWaiting(ctx, op.channel, op.wait, func(ctx context.Context) (bool, time.Duration, error) {
+		attempts++
+		return op.try(ctx)
+	})
+	var o outcome
+	switch {
+	case ok:
+		o = outcomeAcquired
+	case err == nil:
+		o = outcomeTimeout
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		o = outcomeCanceled
+	default:
+		o = outcomeError
+	}
+	wait := time.Since(start)
+	c.tel.acquired(ctx, op.kind, o, wait)
+	endSpan(span, o, err, AttrAttempts.Int(attempts), AttrWaitMS.Float64(millis(wait)))
+	return ok, err
+}
 
 // acquireWaiting is the wait loop of every lock type: try; if the lock is taken, subscribe to its release
 // channel, try again (a release between the first try and the subscription would otherwise be missed),

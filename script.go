@@ -30,6 +30,7 @@ var (
 	scriptAcquire      = loadScript("rlock_acquire")
 	scriptRelease      = loadScript("rlock_release")
 	scriptForceRelease = loadScript("rlock_force_release")
+	scriptRenew        = loadScript("rlock_renew")
 )
 
 // run is the one path every script takes to Redis: each call is a single round trip (EVALSHA; EVAL only
@@ -38,7 +39,7 @@ func (c *Client) run(ctx context.Context, s *script, keys, args []string) rueidi
 	if ctx.Done() == nil {
 		return s.lua.Exec(ctx, c.rdb, keys, args)
 	}
-	return withinDeadline(ctx, func() rueidis.RedisResult { return s.lua.Exec(ctx, c.rdb, keys, args) })
+	return withinDeadline(ctx, func() rueidis.RedisResult { return s.lua.Exec(ctx, c.rdb, keys, args) }, rueidis.NewErrorResult)
 }
 
 // do runs one plain command, under the same deadline guarantee as run.
@@ -46,21 +47,21 @@ func (c *Client) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisRes
 	if ctx.Done() == nil {
 		return c.rdb.Do(ctx, cmd)
 	}
-	return withinDeadline(ctx, func() rueidis.RedisResult { return c.rdb.Do(ctx, cmd) })
+	return withinDeadline(ctx, func() rueidis.RedisResult { return c.rdb.Do(ctx, cmd) }, rueidis.NewErrorResult)
 }
 
-// withinDeadline returns call's result, or ctx's error as soon as ctx ends. rueidis honours ctx while a
-// command waits for its reply, but a call that finds its connection being re-established waits for that
-// dial, which runs under the context of whichever call started it: with a stalled or unreachable server,
-// a call with a 100 ms deadline could wait seconds. The call goes on in its own goroutine until rueidis
-// returns (at the latest when that dial ends); the caller does not wait for it.
-func withinDeadline(ctx context.Context, call func() rueidis.RedisResult) rueidis.RedisResult {
-	done := make(chan rueidis.RedisResult, 1)
+// withinDeadline returns call's result, or failed(ctx's error) as soon as ctx ends. rueidis honours ctx
+// while a command waits for its reply, but a call that finds its connection being re-established waits
+// for that dial, which runs under the context of whichever call started it: with a stalled or
+// unreachable server, a call with a 100 ms deadline could wait seconds. The call goes on in its own
+// goroutine until rueidis returns (at the latest when that dial ends); the caller does not wait for it.
+func withinDeadline[T any](ctx context.Context, call func() T, failed func(error) T) T {
+	done := make(chan T, 1)
 	go func() { done <- call() }()
 	select {
 	case r := <-done:
 		return r
 	case <-ctx.Done():
-		return rueidis.NewErrorResult(ctx.Err())
+		return failed(ctx.Err())
 	}
 }

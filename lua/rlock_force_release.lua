@@ -2,10 +2,13 @@
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the release channel
+-- KEYS[3]  the lock's release record (see rlock_release.lua), deleted with it
 -- ARGV[1]  the unlock message
 --
--- Returns 1 when a lock was deleted, 0 when there was none (nothing is published then).
+-- Returns 1 when a lock was deleted, 0 when there was none (nothing is published then). The fencing token
+-- counter is kept: tokens go on increasing.
 if redis.call('del', KEYS[1]) == 1 then
+  redis.call('del', KEYS[3])
   redis.call('publish', KEYS[2], ARGV[1])
   return 1
 end

@@ -2,24 +2,43 @@
 --
 -- KEYS[1]  the lock hash (field = owner, value = hold count)
 -- KEYS[2]  the release channel, redisson_lock__channel:{<name>}
+-- KEYS[3]  the release record, relock_release:{<name>}: "<owner field> <request id>" of the last release
+--          that left its owner still holding the lock (one owner holds an RLock at a time). It lives no
+--          longer than the lock and is deleted with it.
 -- ARGV[1]  the owner field
 -- ARGV[2]  the unlock message ("0", as Redisson's LockPubSub.UNLOCK_MESSAGE)
--- ARGV[3]  optional: the hold count the owner must have for the release to happen. Used to undo an
---          acquisition whose reply was lost: if that acquisition never ran, the count differs and nothing changes.
+-- ARGV[3]  '' or the hold count the owner must have for the release to happen. Used to undo an acquisition
+--          whose reply was lost: if that acquisition never ran, the count differs and nothing changes.
+-- ARGV[4]  '' or the request id. A request is sent again when its reply was lost; if it was applied and
+--          left the owner holding, the record names it and it is not applied twice. (If it released the
+--          last hold, the owner holds nothing and a repeat changes nothing either.)
 --
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
---         the owner's remaining hold count otherwise; 0 means the lock was deleted and ARGV[2] published.
+--         the owner's remaining hold count otherwise (for a repeated request, the current count, unchanged);
+--         0 means the lock was deleted and ARGV[2] published.
 local count = redis.call('hget', KEYS[1], ARGV[1])
 if not count then
   return -1
 end
-if ARGV[3] and ARGV[3] ~= '' and count ~= ARGV[3] then
+if ARGV[3] ~= '' and count ~= ARGV[3] then
   return -1
+end
+local request = ARGV[1] .. ' ' .. ARGV[4]
+if ARGV[4] ~= '' and redis.call('get', KEYS[3]) == request then
+  return tonumber(count)
 end
 count = redis.call('hincrby', KEYS[1], ARGV[1], -1)
 if count > 0 then
+  if ARGV[4] ~= '' then
+    local ttl = redis.call('pttl', KEYS[1])
+    if ttl > 0 then
+      redis.call('set', KEYS[3], request, 'PX', ttl)
+    else
+      redis.call('set', KEYS[3], request)
+    end
+  end
   return count
 end
-redis.call('del', KEYS[1])
+redis.call('del', KEYS[1], KEYS[3])
 redis.call('publish', KEYS[2], ARGV[2])
 return 0

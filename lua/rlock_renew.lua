@@ -1,0 +1,22 @@
+-- Renew many holds of reentrant locks at once: the watchdog's batch.
+--
+-- KEYS[i]    the i-th hold's lock hash
+-- ARGV[1]    the watchdog timeout, in milliseconds
+-- ARGV[i+1]  the i-th hold's owner field
+--
+-- Returns one integer per hold, in order: 1 when the owner still holds the lock (its time to live is now at
+-- least the watchdog timeout; a longer one is kept), 0 when the hold is gone (it expired, was deleted, or
+-- Redis lost it): the hold is lost, and nothing is written.
+local ttl = tonumber(ARGV[1])
+local renewed = {}
+for i = 1, #KEYS do
+  if redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1 then
+    if redis.call('pttl', KEYS[i]) < ttl then
+      redis.call('pexpire', KEYS[i], ttl)
+    end
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
+end
+return renewed

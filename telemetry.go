@@ -1,0 +1,170 @@
+package relock
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// instrumentationName names relock's tracer and meter.
+const instrumentationName = "github.com/relock-go/relock"
+
+// Attributes of relock's spans and metrics. Metrics carry only the low-cardinality ones (kind, outcome):
+// lock names are often unbounded ("order:<id>") and belong on spans.
+const (
+	AttrLockName = attribute.Key("relock.lock.name")    // the lock's name
+	AttrLockKind = attribute.Key("relock.lock.kind")    // "rlock", ...
+	AttrOutcome  = attribute.Key("relock.outcome")      // see the outcome values below
+	AttrAttempts = attribute.Key("relock.attempts")     // acquisition attempts (script runs) in one acquire
+	AttrWaitMS   = attribute.Key("relock.wait_ms")      // time spent acquiring, in milliseconds
+	AttrHoldMS   = attribute.Key("relock.hold_ms")      // time the hold lasted, in milliseconds
+	AttrRenewals = attribute.Key("relock.renewals")     // successful renewals of a hold
+	AttrHolds    = attribute.Key("relock.batch.holds")  // holds in one renewal batch
+	AttrCause    = attribute.Key("relock.loss.cause")   // why a hold was lost
+	AttrFencing  = attribute.Key("relock.fencing_token") // the hold's fencing token
+)
+
+// lockKind is the kind of lock a span or metric is about.
+type lockKind uint8
+
+const (
+	kindRLock lockKind = iota
+	numKinds
+)
+
+func (k lockKind) String() string {
+	switch k {
+	case kindRLock:
+		return "rlock"
+	}
+	return "unknown"
+}
+
+// outcome is how an operation ended: the value of AttrOutcome.
+type outcome uint8
+
+const (
+	outcomeAcquired    outcome = iota // acquire: the owner holds the lock
+	outcomeTimeout                    // acquire: the wait ran out
+	outcomeCanceled                   // acquire: the context ended
+	outcomeError                      // any: an error (Redis unreachable, bad input, closed Client)
+	outcomeReleased                   // unlock: the last hold was released
+	outcomeDecremented                // unlock: one of several holds was released
+	outcomeNotHeld                    // unlock: the owner did not hold the lock
+	outcomeRenewed                    // renewal: extended
+	outcomeRenewFailed                // renewal: no answer from Redis; retried until the hold expires
+	outcomeGone                       // renewal: Redis no longer has the hold
+	numOutcomes
+)
+
+func (o outcome) String() string {
+	return [...]string{"acquired", "timeout", "canceled", "error", "released", "decremented", "not_held",
+		"renewed", "renew_failed", "gone"}[o]
+}
+
+// telemetry is a Client's tracer and instruments. Attribute sets are built once, so recording a
+// measurement allocates nothing.
+type telemetry struct {
+	tracer trace.Tracer
+
+	acquisitions metric.Int64Counter     // relock.acquisitions {kind, outcome}
+	waitTime     metric.Float64Histogram // relock.wait.duration {kind, outcome}
+	holdTime     metric.Float64Histogram // relock.hold.duration {kind}
+	renewals     metric.Int64Counter     // relock.renewals {outcome}
+	losses       metric.Int64Counter     // relock.losses {kind}
+	held         metric.Registration     // relock.held {kind}, observed from the watchdog's table
+
+	byKindOutcome [numKinds][numOutcomes]metric.MeasurementOption
+	byKind        [numKinds]metric.MeasurementOption
+	byOutcome     [numOutcomes]metric.MeasurementOption
+}
+
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, observeHeld func() [numKinds]int64) (*telemetry, error) {
+	t := &telemetry{tracer: tp.Tracer(instrumentationName)}
+	m := mp.Meter(instrumentationName)
+	var err error
+	if t.acquisitions, err = m.Int64Counter("relock.acquisitions",
+		metric.WithDescription("Lock acquisitions (Lock, TryLock), by outcome."), metric.WithUnit("{acquisition}")); err != nil {
+		return nil, err
+	}
+	if t.waitTime, err = m.Float64Histogram("relock.wait.duration",
+		metric.WithDescription("Time from the start of an acquisition to its outcome."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	if t.holdTime, err = m.Float64Histogram("relock.hold.duration",
+		metric.WithDescription("Time from a first acquisition to the final release or loss of the hold."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	if t.renewals, err = m.Int64Counter("relock.renewals",
+		metric.WithDescription("Watchdog renewals of holds, by outcome."), metric.WithUnit("{renewal}")); err != nil {
+		return nil, err
+	}
+	if t.losses, err = m.Int64Counter("relock.losses",
+		metric.WithDescription("Holds lost before their owner released them."), metric.WithUnit("{loss}")); err != nil {
+		return nil, err
+	}
+	heldGauge, err := m.Int64ObservableUpDownCounter("relock.held",
+		metric.WithDescription("Locks held by this Client's owners."), metric.WithUnit("{lock}"))
+	if err != nil {
+		return nil, err
+	}
+	for k := lockKind(0); k < numKinds; k++ {
+		kind := AttrLockKind.String(k.String())
+		t.byKind[k] = metric.WithAttributeSet(attribute.NewSet(kind))
+		for o := outcome(0); o < numOutcomes; o++ {
+			t.byKindOutcome[k][o] = metric.WithAttributeSet(attribute.NewSet(kind, AttrOutcome.String(o.String())))
+		}
+	}
+	for o := outcome(0); o < numOutcomes; o++ {
+		t.byOutcome[o] = metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String(o.String())))
+	}
+	t.held, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+		counts := observeHeld()
+		for k, n := range counts {
+			obs.ObserveInt64(heldGauge, n, t.byKind[k])
+		}
+		return nil
+	}, heldGauge)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *telemetry) close() {
+	_ = t.held.Unregister()
+}
+
+// startSpan starts one of relock's spans and, when it records, names the lock it is about.
+func (t *telemetry) startSpan(ctx context.Context, name string, kind lockKind, lock string) (context.Context, trace.Span) {
+	ctx, span := t.tracer.Start(ctx, name)
+	if span.IsRecording() {
+		span.SetAttributes(AttrLockName.String(lock), AttrLockKind.String(kind.String()))
+	}
+	return ctx, span
+}
+
+// endSpan records how the operation ended and ends the span.
+func endSpan(span trace.Span, o outcome, err error, attrs ...attribute.KeyValue) {
+	if span.IsRecording() {
+		span.SetAttributes(AttrOutcome.String(o.String()))
+		span.SetAttributes(attrs...)
+		if err != nil && o == outcomeError {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
+}
+
+// acquired records the end of an acquisition.
+func (t *telemetry) acquired(ctx context.Context, kind lockKind, o outcome, wait time.Duration) {
+	t.acquisitions.Add(ctx, 1, t.byKindOutcome[kind][o])
+	t.waitTime.Record(ctx, wait.Seconds(), t.byKindOutcome[kind][o])
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

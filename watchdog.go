@@ -1,0 +1,604 @@
+package relock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// renewBatchSize is how many holds one run of a renewal script extends. Bigger batches are split into
+// several runs, all sent in one pipeline.
+const renewBatchSize = 500
+
+// ErrLockLost is the cause (context.Cause) of a hold's context when the hold ended without its owner
+// releasing it: Redis no longer had it when the watchdog came to renew it (it expired during a pause,
+// was deleted by ForceUnlock or by hand, or Redis restarted), the watchdog could not renew it before it
+// expired, its lease ran out, or its Client was closed. Causes wrap it with the reason; test with
+// errors.Is.
+var ErrLockLost = errors.New("relock: lock lost")
+
+// The causes of a loss. Each wraps ErrLockLost.
+var (
+	errHoldGone     = fmt.Errorf("%w: the hold is gone from Redis", ErrLockLost)
+	errRenewTimeout = fmt.Errorf("%w: not renewed before it expired", ErrLockLost)
+	errLeaseExpired = fmt.Errorf("%w: its lease ran out", ErrLockLost)
+	errClientClosed = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
+)
+
+// holdKey names one owner's hold on one lock.
+type holdKey struct {
+	key   string // the lock's key
+	field string // the owner field
+}
+
+// renewal is how the watchdog extends a hold: a script that renews many holds of one kind in one run,
+// given the Client's watchdog timeout (ms) in ARGV[1] and then, for each hold, its keys and args, of a
+// number fixed by the script. It replies with one integer per hold: 1 renewed, 0 gone.
+type renewal struct {
+	script *script
+	keys   []string
+	args   []string
+}
+
+// acquisition is what a lock type reports to the watchdog when an acquisition succeeds.
+type acquisition struct {
+	kind   lockKind
+	name   string
+	count  int64           // the hold count Redis returned
+	lease  time.Duration   // 0: the watchdog keeps the hold alive
+	sentAt time.Time       // when the acquisition was sent: the hold's TTL runs from no earlier than this
+	renew  *renewal        // how to renew it (used when lease is 0)
+	token  uint64          // fencing token, 0 if the lock is not fenced
+	parent context.Context // the acquiring call's context: the hold span's parent
+}
+
+// hold is what the Client knows of one owner's hold on one lock. Every field is guarded by watchdog.mu.
+type hold struct {
+	key        holdKey
+	kind       lockKind
+	name       string
+	count      int64
+	renew      *renewal  // nil: a lease hold
+	expiresAt  time.Time // Redis drops the hold at this time or later, unless it is renewed
+	next       time.Time // when the watchdog next acts: a renewal falls due, or the lease ends
+	index      int       // position in the watchdog's queue; -1 when not queued
+	inflight   bool      // a renewal of it is under way
+	token      uint64
+	acquiredAt time.Time // zero for a placeholder made by settle
+	renewals   int
+	ended      bool
+	// settling is closed when the undo of an acquisition whose reply was lost, or the completion of an
+	// unlock whose reply was lost, is over. Until then the owner's next operation on this hold waits, so
+	// the undo or completion sees counts nobody else is changing.
+	settling chan struct{}
+	watchers []context.CancelCauseFunc // the contexts holdContext made, cancelled when the hold ends
+	span     trace.Span                // "relock.hold", from the first acquisition to the release or loss
+}
+
+// watchdog is the Client's table of its owners' holds and the one goroutine that keeps them alive.
+// Holds without a lease are renewed every timeout/3, in batches, for as long as they are held. A hold
+// that Redis no longer has, that could not be renewed before it expired, or whose lease ran out is lost:
+// its context is cancelled with a cause wrapping ErrLockLost.
+type watchdog struct {
+	c       *Client
+	timeout time.Duration
+
+	mu      sync.Mutex
+	holds   map[holdKey]*hold
+	queue   holdQueue
+	started bool
+	closed  bool
+	wake    chan struct{}
+	stopped chan struct{}
+}
+
+func newWatchdog(c *Client, timeout time.Duration) *watchdog {
+	return &watchdog{
+		c:       c,
+		timeout: timeout,
+		holds:   make(map[holdKey]*hold),
+		wake:    make(chan struct{}, 1),
+		stopped: make(chan struct{}),
+	}
+}
+
+// prepare waits until nothing settles k, and returns the hold count known for it.
+func (w *watchdog) prepare(ctx context.Context, k holdKey) (int64, error) {
+	for {
+		w.mu.Lock()
+		h := w.holds[k]
+		if h == nil {
+			w.mu.Unlock()
+			return 0, nil
+		}
+		count, settling := h.count, h.settling
+		w.mu.Unlock()
+		if settling == nil {
+			return count, nil
+		}
+		select {
+		case <-settling:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// acquired records a successful acquisition, first or reentrant, and schedules what the hold needs.
+func (w *watchdog) acquired(k holdKey, a acquisition) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	h := w.holds[k]
+	if h == nil {
+		h = &hold{key: k, index: -1}
+		w.holds[k] = h
+	}
+	if h.acquiredAt.IsZero() { // a first acquisition (or a placeholder being filled in)
+		h.kind, h.name, h.acquiredAt = a.kind, a.name, time.Now()
+		_, h.span = w.c.tel.tracer.Start(a.parent, "relock.hold")
+		if h.span.IsRecording() {
+			h.span.SetAttributes(AttrLockName.String(a.name), AttrLockKind.String(a.kind.String()))
+		}
+	}
+	h.count = a.count
+	if a.token != 0 {
+		h.token = a.token
+	}
+	expires := a.sentAt.Add(a.lease)
+	if a.lease == 0 {
+		h.renew = a.renew
+		expires = a.sentAt.Add(w.timeout)
+	}
+	if expires.After(h.expiresAt) {
+		h.expiresAt = expires
+	}
+	w.scheduleLocked(h, a.sentAt)
+}
+
+// scheduleLocked queues h for its next event: a renewal timeout/3 after base, or the end of its lease.
+func (w *watchdog) scheduleLocked(h *hold, base time.Time) {
+	if h.renew != nil {
+		h.next = base.Add(w.timeout / 3)
+	} else {
+		h.next = h.expiresAt
+	}
+	if h.inflight {
+		return // the renewal's outcome queues it
+	}
+	if h.index >= 0 {
+		heap.Fix(&w.queue, h.index)
+	} else {
+		heap.Push(&w.queue, h)
+	}
+	if w.queue[0] == h {
+		if !w.started {
+			w.started = true
+			go w.loop()
+		}
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// released records the hold count Redis returned for an unlock; at zero the hold ends.
+func (w *watchdog) released(k holdKey, left int64) {
+	w.mu.Lock()
+	h := w.holds[k]
+	if h == nil {
+		w.mu.Unlock()
+		return
+	}
+	h.count = left
+	var e ending
+	if left <= 0 && h.settling == nil {
+		e = w.endLocked(h, context.Canceled)
+	}
+	w.mu.Unlock()
+	e.report(w.c.tel)
+}
+
+// notHeld records that Redis says the owner does not hold the lock: a hold this Client believed in was
+// lost without the watchdog noticing yet.
+func (w *watchdog) notHeld(k holdKey) {
+	w.mu.Lock()
+	var e ending
+	if h := w.holds[k]; h != nil && h.settling == nil {
+		e = w.endLocked(h, errHoldGone)
+	}
+	w.mu.Unlock()
+	e.report(w.c.tel)
+}
+
+// settle marks k as being settled; the returned func ends that, given the hold count then known
+// (negative: unchanged).
+func (w *watchdog) settle(k holdKey) (prior int64, done func(count int64)) {
+	w.mu.Lock()
+	h := w.holds[k]
+	if h == nil {
+		h = &hold{key: k, index: -1}
+		w.holds[k] = h
+	}
+	prior = h.count
+	ch := make(chan struct{})
+	h.settling = ch
+	w.mu.Unlock()
+	return prior, func(count int64) {
+		w.mu.Lock()
+		if count >= 0 {
+			h.count = count
+		}
+		if h.settling == ch {
+			h.settling = nil
+		}
+		close(ch)
+		var e ending
+		if h.count <= 0 && h.settling == nil {
+			e = w.endLocked(h, context.Canceled)
+		}
+		w.mu.Unlock()
+		e.report(w.c.tel)
+	}
+}
+
+// holdContext returns a context derived from parent that is cancelled, before the call that ends the hold
+// k returns, when the hold ends.
+func (w *watchdog) holdContext(parent context.Context, k holdKey) (context.Context, error) {
+	w.mu.Lock()
+	h := w.holds[k]
+	if h == nil || h.count <= 0 || h.ended {
+		w.mu.Unlock()
+		return nil, ErrNotHeld
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	h.watchers = append(h.watchers, cancel)
+	w.mu.Unlock()
+	return ctx, nil
+}
+
+// token returns the fencing token of the hold k, if it is held and fenced.
+func (w *watchdog) token(k holdKey) (uint64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.holds[k]; h != nil && h.count > 0 && !h.ended {
+		return h.token, true
+	}
+	return 0, false
+}
+
+// count returns the hold count known for k.
+func (w *watchdog) count(k holdKey) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.holds[k]; h != nil {
+		return h.count
+	}
+	return 0
+}
+
+// heldByKind counts the holds by kind, for the relock.held metric.
+func (w *watchdog) heldByKind() (n [numKinds]int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, h := range w.holds {
+		if h.count > 0 && !h.ended {
+			n[h.kind]++
+		}
+	}
+	return n
+}
+
+// ending is a hold that ended, to be reported once watchdog.mu is released: cancelling its context and
+// ending its span call out of relock.
+type ending struct {
+	h     *hold
+	cause error
+	held  time.Duration
+}
+
+// endLocked removes h from the table and the queue.
+func (w *watchdog) endLocked(h *hold, cause error) ending {
+	if h.ended {
+		return ending{}
+	}
+	h.ended = true
+	if w.holds[h.key] == h {
+		delete(w.holds, h.key)
+	}
+	if h.index >= 0 {
+		heap.Remove(&w.queue, h.index)
+	}
+	if h.acquiredAt.IsZero() {
+		return ending{} // a placeholder: nothing was ever held
+	}
+	return ending{h: h, cause: cause, held: time.Since(h.acquiredAt)}
+}
+
+// report cancels the ended hold's context with its cause and records the end in its span and metrics.
+func (e ending) report(t *telemetry) {
+	h := e.h
+	if h == nil {
+		return
+	}
+	for _, cancel := range h.watchers {
+		cancel(e.cause)
+	}
+	ctx := context.Background()
+	t.holdTime.Record(ctx, e.held.Seconds(), t.byKind[h.kind])
+	o := outcomeReleased
+	if errors.Is(e.cause, ErrLockLost) {
+		o = outcomeGone
+		if e.cause != errLeaseExpired {
+			t.losses.Add(ctx, 1, t.byKind[h.kind])
+		}
+	}
+	if h.span.IsRecording() {
+		if o == outcomeGone {
+			h.span.AddEvent("lock lost", trace.WithAttributes(AttrCause.String(e.cause.Error())))
+		}
+		attrs := []attribute.KeyValue{AttrHoldMS.Float64(millis(e.held)), AttrRenewals.Int(h.renewals)}
+		if h.token != 0 {
+			attrs = append(attrs, AttrFencing.Int64(int64(h.token)))
+		}
+		endSpan(h.span, o, nil, attrs...)
+	} else {
+		h.span.End()
+	}
+}
+
+func reportAll(t *telemetry, es []ending) {
+	for _, e := range es {
+		e.report(t)
+	}
+}
+
+// loop is the watchdog goroutine: it sleeps until the next event in the queue, handles what is due, and
+// ends with the Client.
+func (w *watchdog) loop() {
+	defer close(w.stopped)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if wait := w.tick(time.Now()); wait >= 0 {
+			timer.Reset(wait)
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-timer.C:
+		case <-w.wake:
+		case <-w.c.life.Done():
+			return
+		}
+	}
+}
+
+// tick ends the lease holds whose lease ran out, sends the renewals that are due, and returns how long
+// until the next event (negative: none queued).
+func (w *watchdog) tick(now time.Time) time.Duration {
+	w.mu.Lock()
+	// Renewals falling due within timeout/6 of one due now go with it, so holds acquired at nearby times
+	// share a batch; no hold is renewed more than timeout/6 early.
+	horizon := now.Add(w.timeout / 6)
+	var due, later []*hold
+	var ended []ending
+	for len(w.queue) > 0 && !w.queue[0].next.After(horizon) {
+		h := heap.Pop(&w.queue).(*hold)
+		switch {
+		case h.renew != nil:
+			due = append(due, h)
+		case !h.next.After(now):
+			ended = append(ended, w.endLocked(h, errLeaseExpired))
+		default:
+			later = append(later, h)
+		}
+	}
+	if len(due) > 0 && due[0].next.After(now) { // nothing is due yet: wait for the first
+		later = append(later, due...)
+		due = nil
+	}
+	for _, h := range later {
+		heap.Push(&w.queue, h)
+	}
+	for _, h := range due {
+		h.inflight = true
+	}
+	wait := time.Duration(-1)
+	if len(w.queue) > 0 {
+		wait = max(w.queue[0].next.Sub(now), 0)
+	}
+	w.mu.Unlock()
+	reportAll(w.c.tel, ended)
+	if len(due) > 0 {
+		w.renew(due, now)
+	}
+	return wait
+}
+
+// renew sends one batch of renewals in the background and applies their outcomes. The batch gives up
+// when the first of its holds expires, or after timeout/3: the holds it could not renew are tried again
+// shortly, until each one's expiry.
+func (w *watchdog) renew(due []*hold, sentAt time.Time) {
+	deadline := sentAt.Add(w.timeout / 3)
+	for _, h := range due {
+		if h.expiresAt.Before(deadline) {
+			deadline = h.expiresAt
+		}
+	}
+	ok := w.c.goBackground(func(life context.Context) {
+		ctx, cancel := context.WithDeadline(life, deadline)
+		results, err := w.runRenewals(ctx, due)
+		cancel()
+		w.applyRenewals(due, results, err, sentAt)
+	})
+	if !ok { // the Client is closing
+		w.applyRenewals(due, make([]int64, len(due)), ErrClosed, sentAt)
+	}
+}
+
+// runRenewals runs the renewal scripts for due: per script, runs of up to renewBatchSize holds, all sent
+// in one pipeline. results[i] is 1 (renewed), 0 (gone) or -1 (no answer) for due[i].
+func (w *watchdog) runRenewals(ctx context.Context, due []*hold) ([]int64, error) {
+	results := make([]int64, len(due))
+	groups := make(map[*script][]int)
+	var scripts []*script
+	for i, h := range due {
+		results[i] = -1
+		s := h.renew.script
+		if _, ok := groups[s]; !ok {
+			scripts = append(scripts, s)
+		}
+		groups[s] = append(groups[s], i)
+	}
+	ttl := fmtMillis(w.timeout)
+	var firstErr error
+	for _, s := range scripts {
+		idx := groups[s]
+		var execs []rueidis.LuaExec
+		for b := 0; b < len(idx); b += renewBatchSize {
+			exec := rueidis.LuaExec{Args: []string{ttl}}
+			for _, i := range idx[b:min(b+renewBatchSize, len(idx))] {
+				exec.Keys = append(exec.Keys, due[i].renew.keys...)
+				exec.Args = append(exec.Args, due[i].renew.args...)
+			}
+			execs = append(execs, exec)
+		}
+		resps := withinDeadline(ctx, func() []rueidis.RedisResult { return s.lua.ExecMulti(ctx, w.c.rdb, execs...) },
+			func(err error) []rueidis.RedisResult { return fillErr(len(execs), err) })
+		for b, resp := range resps {
+			part := idx[b*renewBatchSize : min((b+1)*renewBatchSize, len(idx))]
+			vals, err := resp.AsIntSlice()
+			if err == nil && len(vals) != len(part) {
+				err = errUnexpectedReply
+			}
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				continue
+			}
+			for j, i := range part {
+				results[i] = vals[j]
+			}
+		}
+	}
+	return results, firstErr
+}
+
+func fillErr(n int, err error) []rueidis.RedisResult {
+	r := make([]rueidis.RedisResult, n)
+	for i := range r {
+		r[i] = rueidis.NewErrorResult(err)
+	}
+	return r
+}
+
+// applyRenewals records the outcome of one batch of renewals.
+func (w *watchdog) applyRenewals(due []*hold, results []int64, err error, sentAt time.Time) {
+	t := w.c.tel
+	w.mu.Lock()
+	now := time.Now()
+	var ended []ending
+	var renewed, failed, gone int64
+	for i, h := range due {
+		h.inflight = false
+		if h.ended {
+			continue // released while the renewal was under way
+		}
+		switch {
+		case results[i] == 1:
+			renewed++
+			h.renewals++
+			if exp := sentAt.Add(w.timeout); exp.After(h.expiresAt) {
+				h.expiresAt = exp
+			}
+			w.scheduleLocked(h, sentAt)
+		case results[i] == 0:
+			gone++
+			ended = append(ended, w.endLocked(h, errHoldGone))
+		case w.closed || !now.Before(h.expiresAt):
+			failed++
+			ended = append(ended, w.endLocked(h, errRenewTimeout))
+		default:
+			// No answer: not a loss until the hold's expiry. Try again soon.
+			failed++
+			if h.span.IsRecording() {
+				h.span.AddEvent("renewal failed", trace.WithAttributes(attribute.String("error", fmt.Sprint(err))))
+			}
+			h.next = now.Add(min(w.retryDelay(), h.expiresAt.Sub(now)))
+			heap.Push(&w.queue, h)
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	w.mu.Unlock()
+	ctx := context.Background()
+	if renewed > 0 {
+		t.renewals.Add(ctx, renewed, t.byOutcome[outcomeRenewed])
+	}
+	if failed > 0 {
+		t.renewals.Add(ctx, failed, t.byOutcome[outcomeRenewFailed])
+	}
+	if gone > 0 {
+		t.renewals.Add(ctx, gone, t.byOutcome[outcomeGone])
+	}
+	reportAll(t, ended)
+}
+
+// retryDelay is the pause before renewing again a hold whose renewal got no answer.
+func (w *watchdog) retryDelay() time.Duration {
+	return min(max(w.timeout/10, 10*time.Millisecond), time.Second)
+}
+
+// close ends the watchdog: the loop stops with the Client's lifetime, and every hold's context is
+// cancelled with a cause wrapping both ErrLockLost and ErrClosed (renewals stop, so the holds will expire).
+func (w *watchdog) close() {
+	w.mu.Lock()
+	w.closed = true
+	started := w.started
+	var ended []ending
+	for _, h := range w.holds {
+		ended = append(ended, w.endLocked(h, errClientClosed))
+	}
+	w.mu.Unlock()
+	reportAll(w.c.tel, ended)
+	if started {
+		<-w.stopped
+	}
+}
+
+// holdQueue is a min-heap of holds by next event.
+type holdQueue []*hold
+
+func (q holdQueue) Len() int           { return len(q) }
+func (q holdQueue) Less(i, j int) bool { return q[i].next.Before(q[j].next) }
+func (q holdQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *holdQueue) Push(x any) {
+	h := x.(*hold)
+	h.index = len(*q)
+	*q = append(*q, h)
+}
+func (q *holdQueue) Pop() any {
+	old := *q
+	h := old[len(old)-1]
+	old[len(old)-1] = nil
+	h.index = -1
+	*q = old[:len(old)-1]
+	return h
+}
