@@ -16,15 +16,15 @@ const instrumentationName = "github.com/relock-go/relock"
 // Attributes of relock's spans and metrics. Metrics carry only the low-cardinality ones (kind, outcome):
 // lock names are often unbounded ("order:<id>") and belong on spans.
 const (
-	AttrLockName = attribute.Key("relock.lock.name")    // the lock's name
-	AttrLockKind = attribute.Key("relock.lock.kind")    // "rlock", ...
-	AttrOutcome  = attribute.Key("relock.outcome")      // see the outcome values below
-	AttrAttempts = attribute.Key("relock.attempts")     // acquisition attempts (script runs) in one acquire
-	AttrWaitMS   = attribute.Key("relock.wait_ms")      // time spent acquiring, in milliseconds
-	AttrHoldMS   = attribute.Key("relock.hold_ms")      // time the hold lasted, in milliseconds
-	AttrRenewals = attribute.Key("relock.renewals")     // successful renewals of a hold
-	AttrHolds    = attribute.Key("relock.batch.holds")  // holds in one renewal batch
-	AttrCause    = attribute.Key("relock.loss.cause")   // why a hold was lost
+	AttrLockName = attribute.Key("relock.lock.name")     // the lock's name
+	AttrLockKind = attribute.Key("relock.lock.kind")     // "rlock", ...
+	AttrOutcome  = attribute.Key("relock.outcome")       // see the outcome values below
+	AttrAttempts = attribute.Key("relock.attempts")      // acquisition attempts (script runs) in one acquire
+	AttrWaitMS   = attribute.Key("relock.wait_ms")       // time spent acquiring, in milliseconds
+	AttrHoldMS   = attribute.Key("relock.hold_ms")       // time the hold lasted, in milliseconds
+	AttrRenewals = attribute.Key("relock.renewals")      // successful renewals of a hold
+	AttrHolds    = attribute.Key("relock.batch.holds")   // holds in one renewal batch
+	AttrCause    = attribute.Key("relock.loss.cause")    // why a hold was lost
 	AttrFencing  = attribute.Key("relock.fencing_token") // the hold's fencing token
 )
 
