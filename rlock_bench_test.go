@@ -2,6 +2,7 @@ package relock_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -37,9 +38,16 @@ func benchClient(b *testing.B) (rueidis.Client, *relock.Client) {
 	return rdb, c
 }
 
-// rawScripts are the acquire and release scripts, loaded from lua/ and run straight through rueidis:
-// what any library using them must pay.
-func rawScripts(b *testing.B) (acquire, release *rueidis.Lua) {
+// rawLock runs relock's acquire and release scripts, loaded from lua/, straight through rueidis, with
+// the keys and arguments relock gives them: what any library using them must pay.
+type rawLock struct {
+	rdb              rueidis.Client
+	acquire, release *rueidis.Lua
+	acqKeys, relKeys []string
+	acqArgs, relArgs []string
+}
+
+func newRawLock(b *testing.B, rdb rueidis.Client, name, owner string) *rawLock {
 	load := func(name string) *rueidis.Lua {
 		src, err := os.ReadFile("lua/" + name + ".lua")
 		if err != nil {
@@ -47,7 +55,33 @@ func rawScripts(b *testing.B) (acquire, release *rueidis.Lua) {
 		}
 		return rueidis.NewLuaScript(string(src))
 	}
-	return load("rlock_acquire"), load("rlock_release")
+	field := "00000000-0000-0000-0000-000000000000:" + owner
+	return &rawLock{
+		rdb: rdb, acquire: load("rlock_acquire"), release: load("rlock_release"),
+		acqKeys: []string{name},
+		relKeys: []string{name, "redisson_lock__channel:{" + name + "}", "relock_release:{" + name + "}"},
+		acqArgs: []string{"30000", field},
+		relArgs: []string{field, "0", "", "r1"},
+	}
+}
+
+// lockUnlock acquires and releases once, and checks that both did what they should.
+func (r *rawLock) lockUnlock(ctx context.Context) error {
+	got, err := r.acquire.Exec(ctx, r.rdb, r.acqKeys, r.acqArgs).AsIntSlice()
+	if err != nil {
+		return err
+	}
+	if len(got) != 3 || got[0] != 1 || got[1] != 1 {
+		return fmt.Errorf("raw acquire replied %v", got)
+	}
+	left, err := r.release.Exec(ctx, r.rdb, r.relKeys, r.relArgs).AsInt64()
+	if err != nil {
+		return err
+	}
+	if left != 0 {
+		return fmt.Errorf("raw release replied %d", left)
+	}
+	return nil
 }
 
 // BenchmarkFloorTwoPings is the physical floor of Lock+Unlock: two round trips.
@@ -69,18 +103,11 @@ func BenchmarkFloorTwoPings(b *testing.B) {
 // BenchmarkFloorRawScripts runs relock's acquire and release scripts directly through rueidis.
 func BenchmarkFloorRawScripts(b *testing.B) {
 	rdb, _ := benchClient(b)
-	acquire, release := rawScripts(b)
+	raw := newRawLock(b, rdb, "bench:raw", "1")
 	ctx := context.Background()
-	keys := []string{"bench:raw"}
-	relKeys := []string{"bench:raw", "redisson_lock__channel:{bench:raw}"}
-	field := "00000000-0000-0000-0000-000000000000:1"
-	acqArgs, relArgs := []string{"30000", field}, []string{field, "0"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := acquire.Exec(ctx, rdb, keys, acqArgs).Error(); err != nil {
-			b.Fatal(err)
-		}
-		if err := release.Exec(ctx, rdb, relKeys, relArgs).Error(); err != nil {
+		if err := raw.lockUnlock(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -174,16 +201,12 @@ func BenchmarkLockUnlockParallel32(b *testing.B) {
 // BenchmarkFloorRawScriptsParallel32 is BenchmarkLockUnlockParallel32's floor.
 func BenchmarkFloorRawScriptsParallel32(b *testing.B) {
 	rdb, _ := benchClient(b)
-	acquire, release := rawScripts(b)
 	ctx := context.Background()
-	parallelDistinctKeys(b, 32, func(w int) error {
-		key := "bench:raw-parallel:" + strconv.Itoa(w)
-		field := "00000000-0000-0000-0000-000000000000:" + strconv.Itoa(w)
-		if err := acquire.Exec(ctx, rdb, []string{key}, []string{"30000", field}).Error(); err != nil {
-			return err
-		}
-		return release.Exec(ctx, rdb, []string{key, "redisson_lock__channel:{" + key + "}"}, []string{field, "0"}).Error()
-	})
+	raws := make([]*rawLock, 32)
+	for i := range raws {
+		raws[i] = newRawLock(b, rdb, "bench:raw-parallel:"+strconv.Itoa(i), strconv.Itoa(i))
+	}
+	parallelDistinctKeys(b, len(raws), func(w int) error { return raws[w].lockUnlock(ctx) })
 }
 
 // BenchmarkHandoff measures the time from one owner's Unlock call to the acquisition by an owner on
@@ -254,13 +277,9 @@ func BenchmarkHandoff(b *testing.B) {
 // reports each one's mean time and the ratios between them: lock/raw is relock's own overhead.
 func BenchmarkRatios(b *testing.B) {
 	rdb, c := benchClient(b)
-	acquire, release := rawScripts(b)
+	rawLock := newRawLock(b, rdb, "bench:ratio-raw", "1")
 	ctx := context.Background()
 	ping := rdb.B().Ping().Build().Pin()
-	keys := []string{"bench:ratio-raw"}
-	relKeys := []string{"bench:ratio-raw", "redisson_lock__channel:{bench:ratio-raw}"}
-	field := "00000000-0000-0000-0000-000000000000:1"
-	acqArgs, relArgs := []string{"30000", field}, []string{field, "0"}
 	l := c.Lock("bench:ratio-lock")
 	var pings, raw, lock time.Duration
 	for b.Loop() {
@@ -269,10 +288,7 @@ func BenchmarkRatios(b *testing.B) {
 			b.Fatal("PING failed")
 		}
 		t1 := time.Now()
-		if err := acquire.Exec(ctx, rdb, keys, acqArgs).Error(); err != nil {
-			b.Fatal(err)
-		}
-		if err := release.Exec(ctx, rdb, relKeys, relArgs).Error(); err != nil {
+		if err := rawLock.lockUnlock(ctx); err != nil {
 			b.Fatal(err)
 		}
 		t2 := time.Now()

@@ -15,15 +15,24 @@ const instrumentationName = "github.com/relock-go/relock"
 
 // Attributes of relock's spans and metrics. Metrics carry only the low-cardinality ones (kind, outcome):
 // lock names are often unbounded ("order:<id>") and belong on spans.
+//
+// Spans: "relock.acquire" (the whole acquisition, waiting included), "relock.unlock",
+// "relock.force_unlock", and "relock.hold", from a first acquisition to the release or loss, with an
+// event "renewal failed" for each renewal that got no answer and "lock lost" when the hold is lost.
+// Metrics: relock.acquisitions and relock.wait.duration {kind, outcome}, relock.hold.duration {kind},
+// relock.renewals {outcome}, relock.losses {kind}, relock.held {kind}.
+//
+// Outcomes: acquired, timeout (the wait ran out), canceled (the context ended), error; released (the last
+// hold), decremented (one of several), not_held; renewed, renew_failed (no answer), gone (Redis no longer
+// has the hold).
 const (
 	AttrLockName = attribute.Key("relock.lock.name")     // the lock's name
 	AttrLockKind = attribute.Key("relock.lock.kind")     // "rlock", ...
-	AttrOutcome  = attribute.Key("relock.outcome")       // see the outcome values below
+	AttrOutcome  = attribute.Key("relock.outcome")       // how the operation ended (below)
 	AttrAttempts = attribute.Key("relock.attempts")      // acquisition attempts (script runs) in one acquire
 	AttrWaitMS   = attribute.Key("relock.wait_ms")       // time spent acquiring, in milliseconds
 	AttrHoldMS   = attribute.Key("relock.hold_ms")       // time the hold lasted, in milliseconds
 	AttrRenewals = attribute.Key("relock.renewals")      // successful renewals of a hold
-	AttrHolds    = attribute.Key("relock.batch.holds")   // holds in one renewal batch
 	AttrCause    = attribute.Key("relock.loss.cause")    // why a hold was lost
 	AttrFencing  = attribute.Key("relock.fencing_token") // the hold's fencing token
 )

@@ -95,8 +95,11 @@ type watchdog struct {
 	queue   holdQueue
 	started bool
 	closed  bool
-	wake    chan struct{}
-	stopped chan struct{}
+	// sleepUntil is when the loop will next look at the queue unless woken: a hold whose next event is
+	// later needs no wake-up, which keeps the loop asleep through most acquisitions.
+	sleepUntil time.Time
+	wake       chan struct{}
+	stopped    chan struct{}
 }
 
 func newWatchdog(c *Client, timeout time.Duration) *watchdog {
@@ -180,15 +183,20 @@ func (w *watchdog) scheduleLocked(h *hold, base time.Time) {
 	} else {
 		heap.Push(&w.queue, h)
 	}
-	if w.queue[0] == h {
-		if !w.started {
-			w.started = true
-			go w.loop()
-		}
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+	if !w.started {
+		w.started = true
+		go w.loop()
+	} else if h.next.Before(w.sleepUntil) {
+		w.wakeLocked()
+	}
+}
+
+// wakeLocked makes the loop look at the queue again before it next would.
+func (w *watchdog) wakeLocked() {
+	w.sleepUntil = time.Time{}
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -415,8 +423,10 @@ func (w *watchdog) tick(now time.Time) time.Duration {
 		h.inflight = true
 	}
 	wait := time.Duration(-1)
+	w.sleepUntil = now.Add(100 * 365 * 24 * time.Hour)
 	if len(w.queue) > 0 {
 		wait = max(w.queue[0].next.Sub(now), 0)
+		w.sleepUntil = now.Add(wait)
 	}
 	w.mu.Unlock()
 	reportAll(w.c.tel, ended)
@@ -538,9 +548,8 @@ func (w *watchdog) applyRenewals(due []*hold, results []int64, err error, sentAt
 			}
 			h.next = now.Add(min(w.retryDelay(), h.expiresAt.Sub(now)))
 			heap.Push(&w.queue, h)
-			select {
-			case w.wake <- struct{}{}:
-			default:
+			if h.next.Before(w.sleepUntil) {
+				w.wakeLocked()
 			}
 		}
 	}
