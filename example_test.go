@@ -2,6 +2,7 @@ package relock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -103,4 +104,77 @@ func ExampleWithOwner() {
 	go func() { done <- l.Unlock(ctx) }()
 	fmt.Println("released by another goroutine:", <-done)
 	// Output: released by another goroutine: <nil>
+}
+
+// Do holds a lock while a function runs, and tells the function (through its context) and the caller
+// (through the error) when the lock was lost before the function finished.
+func ExampleDo() {
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+
+	err := relock.Do(context.Background(), c.Lock("example:nightly-report"), func(ctx context.Context) error {
+		// ctx is cancelled, with cause relock.ErrLockLost, if the lock is lost: stop writing then.
+		fmt.Println("building the report")
+		return ctx.Err()
+	})
+	if errors.Is(err, relock.ErrLockLost) {
+		fmt.Println("another process may have run concurrently: discard the result")
+	}
+	fmt.Println("done:", err)
+	// Output:
+	// building the report
+	// done: <nil>
+}
+
+// HoldContext gives work a context that ends when the hold does: on the final Unlock, or when the lock
+// is lost (context.Cause is then relock.ErrLockLost).
+func ExampleRLock_HoldContext() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	l := c.Lock("example:hold-context")
+
+	_ = l.Lock(ctx)
+	held, _ := l.HoldContext(ctx)
+	_ = l.Unlock(ctx)
+
+	<-held.Done()
+	fmt.Println("cause:", context.Cause(held))
+	fmt.Println("lost:", errors.Is(context.Cause(held), relock.ErrLockLost))
+	// Output:
+	// cause: context canceled
+	// lost: false
+}
+
+// A fenced lock hands each new owner a larger token; the protected store keeps the largest token it has
+// seen and rejects writes that carry a smaller one, so a holder that was paused past its hold cannot
+// overwrite its successor's work.
+func ExampleWithFencing() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	l := c.Lock("example:fenced", relock.WithFencing())
+
+	var highest uint64 // the store's memory of the largest token it accepted
+	write := func(token uint64) error {
+		if token < highest {
+			return errors.New("rejected: stale fencing token")
+		}
+		highest = token
+		return nil
+	}
+
+	_ = l.Lock(ctx)
+	first, _ := l.FencingToken(ctx)
+	_ = l.Unlock(ctx)
+
+	_ = l.Lock(ctx) // a later holder
+	second, _ := l.FencingToken(ctx)
+	fmt.Println("later holder's write:", write(second))
+	_ = l.Unlock(ctx)
+
+	fmt.Println("earlier holder's late write:", write(first))
+	// Output:
+	// later holder's write: <nil>
+	// earlier holder's late write: rejected: stale fencing token
 }
