@@ -74,7 +74,8 @@ type Client struct {
 	borrowed bool
 	id       string
 
-	watchdogTimeout time.Duration
+	watchdogTimeout    time.Duration
+	watchdogTimeoutArg string // watchdogTimeout in milliseconds, as scripts take it
 
 	watchdog *watchdog
 	hub      *hub
@@ -156,12 +157,13 @@ func newClient(rdb rueidis.Client, borrowed bool, o Options) (*Client, error) {
 	}
 	life, end := context.WithCancel(context.Background())
 	c := &Client{
-		rdb:             rdb,
-		borrowed:        borrowed,
-		id:              uuid.NewString(),
-		watchdogTimeout: o.WatchdogTimeout,
-		life:            life,
-		end:             end,
+		rdb:                rdb,
+		borrowed:           borrowed,
+		id:                 uuid.NewString(),
+		watchdogTimeout:    o.WatchdogTimeout,
+		watchdogTimeoutArg: fmtMillis(o.WatchdogTimeout),
+		life:               life,
+		end:                end,
 	}
 	c.watchdog = newWatchdog(c, o.WatchdogTimeout)
 	if c.tel, err = newTelemetry(tp, mp, c.watchdog.heldByKind); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // unlockAttempts is how many times Unlock sends a release whose outcome it could not learn, before it
@@ -116,11 +117,13 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	if err != nil {
 		return false, l.fail(op, err)
 	}
-	ttl := lease
+	ttl, ttlArg := lease, ""
 	if ttl == 0 {
-		ttl = l.c.watchdogTimeout
+		ttl, ttlArg = l.c.watchdogTimeout, l.c.watchdogTimeoutArg
+	} else {
+		ttlArg = fmtMillis(ttl)
 	}
-	args := []string{fmtMillis(ttl), field}
+	args := []string{ttlArg, field}
 	k := holdKey{key: l.name, field: field}
 	parent := ctx
 	ok, err := l.c.acquire(ctx, acquireOp{
@@ -154,8 +157,8 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	if reply[0] == 1 {
 		l.c.watchdog.acquired(k, acquisition{
 			kind: kindRLock, name: l.name, count: reply[1], lease: lease, sentAt: sentAt,
-			renew: &renewal{script: scriptRenew, keys: l.acquireKeys[:1], args: []string{k.field}},
-			token: uint64(reply[2]), parent: parent,
+			renew: renewal{script: scriptRenew, keys: l.acquireKeys[:1], args: args[1:2]}, // args[1] is the field
+			token: uint64(reply[2]), parent: parent, traced: trace.SpanFromContext(ctx).IsRecording(),
 		})
 		return true, 0, nil
 	}

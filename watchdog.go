@@ -32,6 +32,9 @@ var (
 	errClientClosed = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
 )
 
+// noSpan is the span of a hold that is not traced.
+var noSpan = trace.SpanFromContext(context.Background())
+
 // holdKey names one owner's hold on one lock.
 type holdKey struct {
 	key   string // the lock's key
@@ -54,9 +57,10 @@ type acquisition struct {
 	count  int64           // the hold count Redis returned
 	lease  time.Duration   // 0: the watchdog keeps the hold alive
 	sentAt time.Time       // when the acquisition was sent: the hold's TTL runs from no earlier than this
-	renew  *renewal        // how to renew it (used when lease is 0)
+	renew  renewal         // how to renew it (used when lease is 0)
 	token  uint64          // fencing token, 0 if the lock is not fenced
 	parent context.Context // the acquiring call's context: the hold span's parent
+	traced bool            // the acquisition's span records: give the hold one too
 }
 
 // hold is what the Client knows of one owner's hold on one lock. Every field is guarded by watchdog.mu.
@@ -65,7 +69,7 @@ type hold struct {
 	kind       lockKind
 	name       string
 	count      int64
-	renew      *renewal  // nil: a lease hold
+	renew      renewal   // renew.script is nil for a lease hold
 	expiresAt  time.Time // Redis drops the hold at this time or later, unless it is renewed
 	next       time.Time // when the watchdog next acts: a renewal falls due, or the lease ends
 	index      int       // position in the watchdog's queue; -1 when not queued
@@ -148,8 +152,9 @@ func (w *watchdog) acquired(k holdKey, a acquisition) {
 	}
 	if h.acquiredAt.IsZero() { // a first acquisition (or a placeholder being filled in)
 		h.kind, h.name, h.acquiredAt = a.kind, a.name, time.Now()
-		_, h.span = w.c.tel.tracer.Start(a.parent, "relock.hold")
-		if h.span.IsRecording() {
+		h.span = noSpan
+		if a.traced { // no hold span where the acquisition was not traced (no SDK, or not sampled)
+			_, h.span = w.c.tel.tracer.Start(a.parent, "relock.hold")
 			h.span.SetAttributes(AttrLockName.String(a.name), AttrLockKind.String(a.kind.String()))
 		}
 	}
@@ -170,7 +175,7 @@ func (w *watchdog) acquired(k holdKey, a acquisition) {
 
 // scheduleLocked queues h for its next event: a renewal timeout/3 after base, or the end of its lease.
 func (w *watchdog) scheduleLocked(h *hold, base time.Time) {
-	if h.renew != nil {
+	if h.renew.script != nil {
 		h.next = base.Add(w.timeout / 3)
 	} else {
 		h.next = h.expiresAt
@@ -404,7 +409,7 @@ func (w *watchdog) tick(now time.Time) time.Duration {
 	for len(w.queue) > 0 && !w.queue[0].next.After(horizon) {
 		h := heap.Pop(&w.queue).(*hold)
 		switch {
-		case h.renew != nil:
+		case h.renew.script != nil:
 			due = append(due, h)
 		case !h.next.After(now):
 			ended = append(ended, w.endLocked(h, errLeaseExpired))
