@@ -31,6 +31,12 @@ var (
 	scriptRelease      = loadScript("rlock_release")
 	scriptForceRelease = loadScript("rlock_force_release")
 	scriptRenew        = loadScript("rlock_renew")
+
+	scriptFairAcquire      = loadScript("fair_acquire")
+	scriptFairRelease      = loadScript("fair_release")
+	scriptFairForceRelease = loadScript("fair_force_release")
+	scriptFairLeave        = loadScript("fair_leave")
+	scriptFairRefresh      = loadScript("fair_refresh")
 )
 
 // run is the one path every script takes to Redis: each call is a single round trip (EVALSHA; EVAL only

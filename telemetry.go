@@ -27,7 +27,7 @@ const instrumentationName = "github.com/relock-go/relock"
 // has the hold).
 const (
 	AttrLockName = attribute.Key("relock.lock.name")     // the lock's name
-	AttrLockKind = attribute.Key("relock.lock.kind")     // "rlock", ...
+	AttrLockKind = attribute.Key("relock.lock.kind")     // "rlock", "fair", ...
 	AttrOutcome  = attribute.Key("relock.outcome")       // how the operation ended (below)
 	AttrAttempts = attribute.Key("relock.attempts")      // acquisition attempts (script runs) in one acquire
 	AttrWaitMS   = attribute.Key("relock.wait_ms")       // time spent acquiring, in milliseconds
@@ -42,6 +42,7 @@ type lockKind uint8
 
 const (
 	kindRLock lockKind = iota
+	kindFair
 	numKinds
 )
 
@@ -49,6 +50,8 @@ func (k lockKind) String() string {
 	switch k {
 	case kindRLock:
 		return "rlock"
+	case kindFair:
+		return "fair"
 	}
 	return "unknown"
 }

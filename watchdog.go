@@ -61,6 +61,9 @@ type acquisition struct {
 	token  uint64          // fencing token, 0 if the lock is not fenced
 	parent context.Context // the acquiring call's context: the hold span's parent
 	traced bool            // the acquisition's span records: give the hold one too
+	// keepAlive marks an entry that is not a hold but something a waiter keeps alive the same way (a fair
+	// lock's queue entry): renewed like a hold, but without contexts, spans or metrics.
+	keepAlive bool
 }
 
 // hold is what the Client knows of one owner's hold on one lock. Every field is guarded by watchdog.mu.
@@ -78,6 +81,7 @@ type hold struct {
 	acquiredAt time.Time // zero for a placeholder made by settle
 	renewals   int
 	ended      bool
+	keepAlive  bool // see acquisition.keepAlive
 	// settling is closed when the undo of an acquisition whose reply was lost, or the completion of an
 	// unlock whose reply was lost, is over. Until then the owner's next operation on this hold waits, so
 	// the undo or completion sees counts nobody else is changing.
@@ -151,9 +155,9 @@ func (w *watchdog) acquired(k holdKey, a acquisition) {
 		w.holds[k] = h
 	}
 	if h.acquiredAt.IsZero() { // a first acquisition (or a placeholder being filled in)
-		h.kind, h.name, h.acquiredAt = a.kind, a.name, time.Now()
+		h.kind, h.name, h.acquiredAt, h.keepAlive = a.kind, a.name, time.Now(), a.keepAlive
 		h.span = noSpan
-		if a.traced { // no hold span where the acquisition was not traced (no SDK, or not sampled)
+		if a.traced && !a.keepAlive { // no hold span where the acquisition was not traced (no SDK, or not sampled)
 			_, h.span = w.c.tel.tracer.Start(a.parent, "relock.hold")
 			h.span.SetAttributes(AttrLockName.String(a.name), AttrLockKind.String(a.kind.String()))
 		}
@@ -284,7 +288,7 @@ func (w *watchdog) holdContext(parent context.Context, k holdKey) (context.Conte
 func (w *watchdog) token(k holdKey) (uint64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if h := w.holds[k]; h != nil && h.count > 0 && !h.ended {
+	if h := w.holds[k]; h != nil && h.count > 0 && !h.ended && !h.keepAlive {
 		return h.token, true
 	}
 	return 0, false
@@ -305,7 +309,7 @@ func (w *watchdog) heldByKind() (n [numKinds]int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, h := range w.holds {
-		if h.count > 0 && !h.ended {
+		if h.count > 0 && !h.ended && !h.keepAlive {
 			n[h.kind]++
 		}
 	}
@@ -332,8 +336,8 @@ func (w *watchdog) endLocked(h *hold, cause error) ending {
 	if h.index >= 0 {
 		heap.Remove(&w.queue, h.index)
 	}
-	if h.acquiredAt.IsZero() {
-		return ending{} // a placeholder: nothing was ever held
+	if h.acquiredAt.IsZero() || h.keepAlive {
+		return ending{} // a placeholder (nothing was ever held), or not a hold: nothing to report
 	}
 	return ending{h: h, cause: cause, held: time.Since(h.acquiredAt)}
 }

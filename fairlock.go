@@ -1,0 +1,193 @@
+package relock
+
+import (
+	"context"
+	"time"
+)
+
+// FairLock is a reentrant distributed lock whose waiters get it in the order they asked for it, across
+// goroutines and Clients: Redisson's RFairLock, in its key layout.
+//
+// The lock itself is an RLock's hash at the lock's name. Waiters queue in the list
+// "redisson_lock_queue:{<name>}", and the sorted set "redisson_lock_timeout:{<name>}" says until when each
+// counts as alive. A waiter joins the queue at its first attempt (TryLock with wait 0 never joins) and
+// leaves it when it gets the lock or gives up (its wait runs out, or its context ends): then it removes
+// itself at once, and the waiters behind it keep their order. Only the head of the queue may take a free
+// lock. The final Unlock wakes the head alone, on its own channel "redisson_lock__channel:{<name>}:<owner>".
+//
+// A waiter is never dropped for having waited long: its Client's watchdog refreshes its entry every
+// watchdog timeout/3. An entry whose Client stopped refreshing it (the process died, or was cut off from
+// Redis) for a whole watchdog timeout is dropped when it reaches the head, so a dead waiter holds up the
+// queue for at most the watchdog timeout, as a dead holder does. When a holder's lease runs out without an
+// Unlock, the head of the queue takes the lock as soon as the key expires. A Client that is closed does
+// not remove its waiters' entries: they expire like those of a dead process.
+//
+// Everything else (reentrancy, leases, the watchdog, HoldContext, fencing, one script per attempt and per
+// Unlock) is as for RLock. When no owner holds or waits for the lock, none of its keys is left in Redis
+// (the fencing counter excepted).
+type FairLock struct {
+	r reentrant
+}
+
+// fairQueue is what a FairLock adds to the reentrant core: the waiters' queue, whose entries are kept
+// alive by the watchdog and removed by those that give up.
+type fairQueue struct {
+	c            *Client
+	queueKey     string
+	deadlinesKey string
+	leaveKeys    []string // [name, queue, deadlines, channel prefix]
+}
+
+// FairLock returns the fair lock called name. The name is the Redis key of the lock; an empty name makes
+// every method return ErrInvalidName. A nil Client gives a lock whose methods return ErrNilClient.
+func (c *Client) FairLock(name string, opts ...LockOption) *FairLock {
+	l := &FairLock{r: newReentrant(c, kindFair, name, opts)}
+	r := &l.r
+	tag := "{" + name + "}"
+	q := &fairQueue{c: c, queueKey: "redisson_lock_queue:" + tag, deadlinesKey: "redisson_lock_timeout:" + tag}
+	q.leaveKeys = []string{name, q.queueKey, q.deadlinesKey, r.channel}
+	r.queue = q
+	r.acquireScript, r.releaseScript, r.forceScript = scriptFairAcquire, scriptFairRelease, scriptFairForceRelease
+	r.acquireKeys = []string{name, q.queueKey, q.deadlinesKey}
+	if r.fenced {
+		r.acquireKeys = append(r.acquireKeys, r.tokenKey())
+	}
+	r.releaseKeys = []string{name, q.queueKey, q.deadlinesKey, r.channel, r.recordKey()}
+	return l
+}
+
+// acquireArgs completes the acquire script's arguments: how long a queue entry lives unrefreshed (the
+// watchdog timeout), and whether this acquisition joins the queue.
+func (q *fairQueue) acquireArgs(args []string, join bool) []string {
+	flag := "0"
+	if join {
+		flag = "1"
+	}
+	return append(args, q.c.watchdogTimeoutArg, flag)
+}
+
+// entryKey names the owner's queue entry in the watchdog's table.
+func (q *fairQueue) entryKey(k holdKey) holdKey { return holdKey{key: q.queueKey, field: k.field} }
+
+// prepare waits until no earlier removal of the owner's entry is under way.
+func (q *fairQueue) prepare(ctx context.Context, k holdKey) error {
+	_, err := q.c.watchdog.prepare(ctx, q.entryKey(k))
+	return err
+}
+
+// waiting is told of each attempt that left the owner in the queue: the watchdog keeps the entry alive.
+func (q *fairQueue) waiting(k holdKey, sentAt time.Time) {
+	q.c.watchdog.acquired(q.entryKey(k), acquisition{
+		kind: kindFair, count: 1, sentAt: sentAt, keepAlive: true,
+		renew: renewal{script: scriptFairRefresh, keys: []string{q.deadlinesKey}, args: []string{k.field}},
+	})
+}
+
+// done ends a waiting acquisition: the watchdog forgets the entry, and an owner that gave up leaves the
+// queue at once (in the background, since its context may be over; its next attempt waits for that).
+func (q *fairQueue) done(k holdKey, acquired bool) {
+	ek := q.entryKey(k)
+	if acquired { // the acquire script removed the entry
+		q.c.watchdog.released(ek, 0)
+		return
+	}
+	_, settled := q.c.watchdog.settle(ek)
+	args := []string{k.field, unlockMessage}
+	ran := q.c.goBackground(func(life context.Context) {
+		q.c.retryUnknown(life, time.Now().Add(q.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
+			return q.c.run(ctx, scriptFairLeave, q.leaveKeys, args).AsInt64()
+		})
+		settled(0)
+	})
+	if !ran {
+		settled(0)
+	}
+}
+
+func (l *FairLock) core() *reentrant {
+	if l == nil {
+		return nil
+	}
+	return &l.r
+}
+
+// Name returns the lock's name, which is its Redis key.
+func (l *FairLock) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.r.name
+}
+
+// Lock acquires the lock for the owner of ctx, waiting its turn as long as ctx allows. The hold has no
+// lease: the watchdog keeps it alive until the owner's final Unlock. If the owner holds the lock already,
+// Lock increments the hold count and returns at once. When ctx ends first, Lock leaves the queue and
+// returns an error that wraps ctx.Err().
+func (l *FairLock) Lock(ctx context.Context) error {
+	_, err := l.core().tryLock(ctx, "lock", -1, 0)
+	return err
+}
+
+// LockWithLease is Lock with a lease: the hold expires lease after it is acquired, unless unlocked
+// before. lease must be positive (ErrInvalidDuration otherwise).
+func (l *FairLock) LockWithLease(ctx context.Context, lease time.Duration) error {
+	if lease <= 0 {
+		return l.core().fail("lock", ErrInvalidDuration)
+	}
+	_, err := l.core().tryLock(ctx, "lock", -1, lease)
+	return err
+}
+
+// TryLock tries to acquire the lock for the owner of ctx, waiting its turn for up to wait. wait == 0
+// makes a single attempt, which succeeds only if the lock is free and nobody is queued, and never joins
+// the queue. lease > 0 makes the hold expire lease after it is acquired; lease == 0 gives a hold the
+// watchdog keeps alive. Negative durations return ErrInvalidDuration. It reports false, with a nil error,
+// when wait ran out; the owner has then left the queue.
+func (l *FairLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if wait < 0 || lease < 0 {
+		return false, l.core().fail("trylock", ErrInvalidDuration)
+	}
+	return l.core().tryLock(ctx, "trylock", wait, lease)
+}
+
+// Unlock releases one hold of the owner of ctx. The final Unlock deletes the lock and wakes the head of
+// the queue, and only it. Unlock by a non-owner returns ErrNotHeld and changes nothing. Lost replies are
+// handled as for RLock.Unlock.
+func (l *FairLock) Unlock(ctx context.Context) error { return l.core().unlock(ctx) }
+
+// ForceUnlock deletes the lock whoever holds it and wakes the head of the queue. The queue is kept.
+func (l *FairLock) ForceUnlock(ctx context.Context) (bool, error) { return l.core().forceUnlock(ctx) }
+
+// HoldContext returns a context, derived from ctx, that is cancelled when the hold of ctx's owner ends:
+// with context.Canceled at its final Unlock, with a cause matching ErrLockLost when it is lost. See
+// RLock.HoldContext.
+func (l *FairLock) HoldContext(ctx context.Context) (context.Context, error) {
+	return l.core().holdContext(ctx)
+}
+
+// FencingToken returns the fencing token of the current hold of ctx's owner (see WithFencing).
+func (l *FairLock) FencingToken(ctx context.Context) (uint64, error) {
+	return l.core().fencingToken(ctx)
+}
+
+// IsLocked reports whether any owner holds the lock.
+func (l *FairLock) IsLocked(ctx context.Context) (bool, error) { return l.core().isLocked(ctx) }
+
+// IsHeld reports whether the owner of ctx holds the lock, asking Redis.
+func (l *FairLock) IsHeld(ctx context.Context) (bool, error) {
+	n, err := l.core().holdCount(ctx, "isheld")
+	return n > 0, err
+}
+
+// HoldCount returns how many times the owner of ctx holds the lock, asking Redis.
+func (l *FairLock) HoldCount(ctx context.Context) (int, error) {
+	return l.core().holdCount(ctx, "holdcount")
+}
+
+// RemainingTTL returns how long the lock's key will live unless renewed or released (see
+// RLock.RemainingTTL).
+func (l *FairLock) RemainingTTL(ctx context.Context) (time.Duration, error) {
+	return l.core().remainingTTL(ctx)
+}
+
+var _ Locker = (*FairLock)(nil)

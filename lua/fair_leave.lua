@@ -1,0 +1,36 @@
+-- Take a waiter out of a fair lock's queue (it gave up: its wait ran out or its context ended). If it was
+-- at the head and the lock is free, wake the next live waiter, which would otherwise sleep until its own
+-- timer.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the queue (see fair_acquire.lua)
+-- KEYS[3]  the deadlines (see fair_acquire.lua)
+-- KEYS[4]  the channel prefix, redisson_lock__channel:{<name>}
+-- ARGV[1]  the owner field
+-- ARGV[2]  the unlock message ("0")
+--
+-- Returns 1 when the owner had an entry, 0 when it had none. The other waiters keep their order.
+local wasHead = redis.call('lindex', KEYS[2], 0) == ARGV[1]
+local removed = redis.call('lrem', KEYS[2], 0, ARGV[1])
+redis.call('zrem', KEYS[3], ARGV[1])
+if wasHead and redis.call('exists', KEYS[1]) == 0 then
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  while true do
+    local head = redis.call('lindex', KEYS[2], 0)
+    if not head then
+      break
+    end
+    local alive = tonumber(redis.call('zscore', KEYS[3], head))
+    if alive and alive > now then
+      redis.call('publish', KEYS[4] .. ':' .. head, ARGV[2])
+      break
+    end
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], head)
+  end
+end
+if removed > 0 then
+  return 1
+end
+return 0

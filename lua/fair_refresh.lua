@@ -1,0 +1,20 @@
+-- Keep many fair-lock queue entries alive at once: the watchdog's batch for waiting owners.
+--
+-- KEYS[i]    the deadlines sorted set (redisson_lock_timeout:{<name>}) of the i-th entry's lock
+-- ARGV[1]    how long an entry lives without a refresh, in milliseconds
+-- ARGV[i+1]  the i-th entry's owner field
+--
+-- Returns one integer per entry, in order: 1 when the entry was still there and now lives ARGV[1] more
+-- milliseconds (Redis's clock), 0 when it is gone (dropped as dead, or its owner got the lock or left).
+local t = redis.call('time')
+local alive = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+local refreshed = {}
+for i = 1, #KEYS do
+  if redis.call('zscore', KEYS[i], ARGV[i + 1]) then
+    redis.call('zadd', KEYS[i], alive, ARGV[i + 1])
+    refreshed[i] = 1
+  else
+    refreshed[i] = 0
+  end
+end
+return refreshed

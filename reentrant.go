@@ -1,0 +1,350 @@
+package relock
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// unlockAttempts is how many times Unlock sends a release whose outcome it could not learn, before it
+// leaves the rest to the background; unlockRetryBackoff is the pause between them.
+const (
+	unlockAttempts     = 3
+	unlockRetryBackoff = 20 * time.Millisecond
+)
+
+// LockOption configures a lock made by Client.Lock or Client.FairLock.
+type LockOption func(*lockOptions)
+
+type lockOptions struct {
+	fenced bool
+}
+
+// WithFencing makes the lock fenced: each acquisition by a new owner takes the next value of a 64-bit
+// counter kept in Redis with the lock ("redisson_lock_token:{<name>}", as Redisson's RFencedLock), in the
+// same script and round trip; a reentrant acquisition keeps the owner's token. FencingToken returns it.
+//
+// A lease or a watchdog cannot stop a holder that was paused (GC, SIGSTOP, a stalled VM) from acting
+// after its hold expired and another owner got the lock. Fencing can: pass the token with every write to
+// the resource the lock protects, and have the resource reject a write whose token is lower than the
+// highest it has accepted. The counter never expires, so tokens keep increasing across the lock key's
+// expiries; it must not be evicted (use a noeviction or volatile-* maxmemory policy), and every user of
+// the lock name must use fencing.
+func WithFencing() LockOption {
+	return func(o *lockOptions) { o.fenced = true }
+}
+
+// reentrant is what RLock and FairLock share: a hash at the lock's name whose field is the owner and whose
+// value is its hold count; acquisition, release and repair by one script each; holds registered with the
+// watchdog; the optional fencing counter. queue is nil for an RLock.
+type reentrant struct {
+	c       *Client
+	kind    lockKind
+	name    string
+	fenced  bool
+	channel string // RLock: where releases are announced; FairLock: the prefix of each waiter's channel
+
+	acquireScript, releaseScript, forceScript *script
+	acquireKeys                               []string // [name, (queue, deadlines,) (token counter)]
+	releaseKeys                               []string // [name, (queue, deadlines,) channel, release record]
+	queue                                     *fairQueue
+}
+
+func newReentrant(c *Client, kind lockKind, name string, opts []LockOption) reentrant {
+	var o lockOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return reentrant{c: c, kind: kind, name: name, fenced: o.fenced,
+		channel: "redisson_lock__channel:{" + name + "}"}
+}
+
+// tokenKey is the fencing counter's key.
+func (r *reentrant) tokenKey() string { return "redisson_lock_token:{" + r.name + "}" }
+
+// recordKey is the release record's key (see lua/rlock_release.lua).
+func (r *reentrant) recordKey() string { return "relock_release:{" + r.name + "}" }
+
+func (r *reentrant) tryLock(ctx context.Context, op string, wait, lease time.Duration) (bool, error) {
+	field, err := r.prepare(ctx)
+	if err != nil {
+		return false, r.fail(op, err)
+	}
+	ttl, ttlArg := lease, ""
+	if ttl == 0 {
+		ttl, ttlArg = r.c.watchdogTimeout, r.c.watchdogTimeoutArg
+	} else {
+		ttlArg = fmtMillis(ttl)
+	}
+	k := holdKey{key: r.name, field: field}
+	args := []string{ttlArg, field}
+	channel := r.channel
+	if r.queue != nil {
+		args, channel = r.queue.acquireArgs(args, wait != 0), r.channel+":"+field
+	}
+	parent := ctx
+	ok, err := r.c.acquire(ctx, acquireOp{
+		kind: r.kind, name: r.name, channel: channel, wait: wait,
+		try: func(ctx context.Context) (bool, time.Duration, error) {
+			return r.attempt(ctx, parent, k, lease, ttl, args)
+		},
+	})
+	if r.queue != nil && wait != 0 {
+		r.queue.done(k, ok)
+	}
+	if err != nil {
+		return false, r.fail(op, err)
+	}
+	return ok, nil
+}
+
+// attempt runs the acquire script once.
+func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, args []string) (bool, time.Duration, error) {
+	if _, err := r.c.watchdog.prepare(ctx, k); err != nil {
+		return false, 0, err
+	}
+	if r.queue != nil {
+		if err := r.queue.prepare(ctx, k); err != nil {
+			return false, 0, err
+		}
+	}
+	sentAt := time.Now()
+	reply, err := r.c.run(ctx, r.acquireScript, r.acquireKeys, args).AsIntSlice()
+	if err != nil {
+		if outcomeUnknown(err) {
+			r.undoAcquire(k, ttl)
+		}
+		return false, 0, err
+	}
+	if len(reply) != 3 {
+		return false, 0, errUnexpectedReply
+	}
+	if reply[0] == 1 {
+		r.c.watchdog.acquired(k, acquisition{
+			kind: r.kind, name: r.name, count: reply[1], lease: lease, sentAt: sentAt,
+			renew: renewal{script: scriptRenew, keys: r.acquireKeys[:1], args: args[1:2]}, // args[1] is the field
+			token: uint64(reply[2]), parent: parent, traced: trace.SpanFromContext(ctx).IsRecording(),
+		})
+		return true, 0, nil
+	}
+	if r.queue != nil {
+		r.queue.waiting(k, sentAt)
+	}
+	if reply[1] < 0 {
+		return false, -1, nil
+	}
+	return false, time.Duration(reply[1]) * time.Millisecond, nil
+}
+
+// undoAcquire releases, in the background, the hold an acquisition may have taken although its reply was
+// lost (the context ended or the connection broke while the script was in flight). Without it, a lock
+// could stay taken by nobody until its TTL ran out. The release only happens if the hold count is the
+// one that acquisition would have produced, so trying again after an attempt whose outcome is unknown is
+// safe; the undo keeps trying until Redis answers or the hold it might undo has expired anyway. Until it
+// is done, the same owner's next operation on this lock waits.
+func (r *reentrant) undoAcquire(k holdKey, ttl time.Duration) {
+	prior, done := r.c.watchdog.settle(k)
+	args := []string{k.field, unlockMessage, strconv.FormatInt(prior+1, 10), ""}
+	ran := r.c.goBackground(func(life context.Context) {
+		left := r.c.retryUnknown(life, time.Now().Add(ttl), func(ctx context.Context) (int64, error) {
+			return r.c.run(ctx, r.releaseScript, r.releaseKeys, args).AsInt64()
+		})
+		done(left) // -1 (the acquisition did not run, or no answer): the count stays what it was
+	})
+	if !ran {
+		done(-1)
+	}
+}
+
+func (r *reentrant) unlock(ctx context.Context) error {
+	field, err := r.prepare(ctx)
+	if err != nil {
+		return r.fail("unlock", err)
+	}
+	k := holdKey{key: r.name, field: field}
+	if _, err := r.c.watchdog.prepare(ctx, k); err != nil {
+		return r.fail("unlock", err)
+	}
+	ctx, span := r.c.tel.startSpan(ctx, "relock.unlock", r.kind, r.name)
+	args := r.releaseArgs(field)
+	left, err := r.release(ctx, args)
+	for attempt := 1; attempt < unlockAttempts && outcomeUnknown(err) && ctx.Err() == nil; attempt++ {
+		select {
+		case <-ctx.Done():
+		case <-time.After(unlockRetryBackoff):
+		}
+		left, err = r.release(ctx, args)
+	}
+	if err != nil {
+		if outcomeUnknown(err) {
+			r.finishRelease(k, args)
+		}
+		endSpan(span, outcomeError, err)
+		return r.fail("unlock", err)
+	}
+	if left < 0 {
+		r.c.watchdog.notHeld(k)
+		endSpan(span, outcomeNotHeld, nil)
+		return r.fail("unlock", ErrNotHeld)
+	}
+	r.c.watchdog.released(k, left)
+	if left == 0 {
+		endSpan(span, outcomeReleased, nil)
+	} else {
+		endSpan(span, outcomeDecremented, nil)
+	}
+	return nil
+}
+
+// releaseArgs are the arguments of one release request, with a fresh request id.
+func (r *reentrant) releaseArgs(field string) []string {
+	return []string{field, unlockMessage, "", strconv.FormatUint(rand.Uint64(), 36)}
+}
+
+// release sends one release request; sending the same args again never releases twice.
+func (r *reentrant) release(ctx context.Context, args []string) (int64, error) {
+	return r.c.run(ctx, r.releaseScript, r.releaseKeys, args).AsInt64()
+}
+
+// finishRelease repeats, in the background, a release request whose outcome Unlock could not learn.
+func (r *reentrant) finishRelease(k holdKey, args []string) {
+	_, done := r.c.watchdog.settle(k)
+	ran := r.c.goBackground(func(life context.Context) {
+		left := r.c.retryUnknown(life, time.Now().Add(r.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
+			return r.release(ctx, args)
+		})
+		done(max(left, 0)) // not held, or no answer for a whole watchdog timeout: the hold is over
+	})
+	if !ran {
+		done(-1)
+	}
+}
+
+func (r *reentrant) forceUnlock(ctx context.Context) (bool, error) {
+	if err := r.check(ctx); err != nil {
+		return false, r.fail("forceunlock", err)
+	}
+	ctx, span := r.c.tel.startSpan(ctx, "relock.force_unlock", r.kind, r.name)
+	n, err := r.c.run(ctx, r.forceScript, r.releaseKeys, []string{unlockMessage}).AsInt64()
+	if err != nil {
+		endSpan(span, outcomeError, err)
+		return false, r.fail("forceunlock", err)
+	}
+	if n == 1 {
+		endSpan(span, outcomeReleased, nil)
+	} else {
+		endSpan(span, outcomeNotHeld, nil)
+	}
+	return n == 1, nil
+}
+
+func (r *reentrant) holdContext(ctx context.Context) (context.Context, error) {
+	field, err := r.prepare(ctx)
+	if err != nil {
+		return nil, r.fail("holdcontext", err)
+	}
+	hctx, err := r.c.watchdog.holdContext(ctx, holdKey{key: r.name, field: field})
+	if err != nil {
+		return nil, r.fail("holdcontext", err)
+	}
+	return hctx, nil
+}
+
+func (r *reentrant) fencingToken(ctx context.Context) (uint64, error) {
+	field, err := r.prepare(ctx)
+	if err != nil {
+		return 0, r.fail("fencingtoken", err)
+	}
+	if !r.fenced {
+		return 0, r.fail("fencingtoken", ErrNotFenced)
+	}
+	token, ok := r.c.watchdog.token(holdKey{key: r.name, field: field})
+	if !ok {
+		return 0, r.fail("fencingtoken", ErrNotHeld)
+	}
+	return token, nil
+}
+
+func (r *reentrant) isLocked(ctx context.Context) (bool, error) {
+	if err := r.check(ctx); err != nil {
+		return false, r.fail("islocked", err)
+	}
+	n, err := r.c.do(ctx, r.c.rdb.B().Exists().Key(r.name).Build()).AsInt64()
+	if err != nil {
+		return false, r.fail("islocked", err)
+	}
+	return n == 1, nil
+}
+
+func (r *reentrant) holdCount(ctx context.Context, op string) (int, error) {
+	field, err := r.prepare(ctx)
+	if err != nil {
+		return 0, r.fail(op, err)
+	}
+	n, err := r.c.do(ctx, r.c.rdb.B().Hget().Key(r.name).Field(field).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, r.fail(op, err)
+	}
+	return int(n), nil
+}
+
+func (r *reentrant) remainingTTL(ctx context.Context) (time.Duration, error) {
+	if err := r.check(ctx); err != nil {
+		return 0, r.fail("remainingttl", err)
+	}
+	ms, err := r.c.do(ctx, r.c.rdb.B().Pttl().Key(r.name).Build()).AsInt64()
+	if err != nil {
+		return 0, r.fail("remainingttl", err)
+	}
+	return pttlToDuration(ms), nil
+}
+
+// NoExpiry is what RemainingTTL returns for a lock key that exists but has no time to live.
+const NoExpiry time.Duration = -1
+
+func pttlToDuration(ms int64) time.Duration {
+	switch {
+	case ms == -1:
+		return NoExpiry
+	case ms < 0:
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// check validates what every operation needs: a usable Client, a name, a live context.
+func (r *reentrant) check(ctx context.Context) error {
+	if r == nil {
+		return ErrNilClient
+	}
+	if err := r.c.check(); err != nil {
+		return err
+	}
+	if r.name == "" {
+		return ErrInvalidName
+	}
+	return ctx.Err()
+}
+
+// prepare is check plus the owner field of ctx.
+func (r *reentrant) prepare(ctx context.Context) (string, error) {
+	if err := r.check(ctx); err != nil {
+		return "", err
+	}
+	return r.c.ownerField(ctx)
+}
+
+func (r *reentrant) fail(op string, err error) error {
+	name := ""
+	if r != nil {
+		name = r.name
+	}
+	return wrapErr(op, name, err)
+}
