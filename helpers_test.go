@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +21,9 @@ import (
 var redisAddr string
 
 func TestMain(m *testing.M) {
+	if helper := os.Getenv(helperEnv); helper != "" { // a child process started by startHelper
+		os.Exit(runHelper(helper))
+	}
 	srv, err := redistest.StartServer()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -126,4 +130,56 @@ func startWaiter(t testing.TB, l *relock.RLock, ctx context.Context, rdb rueidis
 	go func() { got <- l.Lock(ctx) }()
 	eventually(t, 5*time.Second, "the waiter subscribes to "+channel, func() bool { return numsub(t, rdb, channel) == 1 })
 	return got
+}
+
+// helperEnv names the helper a re-executed test binary runs instead of the tests (see startHelper).
+const helperEnv = "RELOCK_TEST_HELPER"
+
+// helpers are programs a test runs in a child process, to kill or stop it as a whole process. Each reads
+// its parameters from the environment and reports on stdout.
+var helpers = map[string]func() error{
+	// fair-waiter queues for the fair lock LOCK_NAME on REDIS_ADDR as owner OWNER, with a 1 s watchdog
+	// timeout, and waits until it is killed.
+	"fair-waiter": func() error {
+		c, err := relock.New([]string{os.Getenv("REDIS_ADDR")}, &relock.Options{WatchdogTimeout: time.Second})
+		if err != nil {
+			return err
+		}
+		ctx := relock.WithOwner(context.Background(), os.Getenv("OWNER"))
+		if err := c.FairLock(os.Getenv("LOCK_NAME")).Lock(ctx); err != nil {
+			return err
+		}
+		fmt.Println("acquired")
+		select {}
+	},
+}
+
+func runHelper(name string) int {
+	fn := helpers[name]
+	if fn == nil {
+		fmt.Fprintln(os.Stderr, "no helper", name)
+		return 2
+	}
+	if err := fn(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// startHelper runs helper in a child process (this test binary, re-executed) with env added to its
+// environment, and kills it when t ends.
+func startHelper(t testing.TB, helper string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), helperEnv+"="+helper), env...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
 }
