@@ -28,11 +28,13 @@ type testLock interface {
 
 // lockKinds are the reentrant lock types every conformance test runs against.
 var lockKinds = []struct {
-	name string
+	name    string
 	newLock func(c *relock.Client, name string, opts ...relock.LockOption) testLock
 }{
 	{"rlock", func(c *relock.Client, name string, opts ...relock.LockOption) testLock { return c.Lock(name, opts...) }},
-	{"fair", func(c *relock.Client, name string, opts ...relock.LockOption) testLock { return c.FairLock(name, opts...) }},
+	{"fair", func(c *relock.Client, name string, opts ...relock.LockOption) testLock {
+		return c.FairLock(name, opts...)
+	}},
 }
 
 func forEachKind(t *testing.T, test func(t *testing.T, srv *redistest.Server, newLock func(*relock.Client, string, ...relock.LockOption) testLock)) {
