@@ -147,15 +147,14 @@ func TestFairLockDeadWaiterDoesNotBlockQueue(t *testing.T) {
 	helper := startHelper(t, "fair-waiter", "REDIS_ADDR="+srv.Addr(), "LOCK_NAME=fair", "OWNER=doomed")
 	waitQueueLen(t, rdb, 1)
 	got := make(chan time.Time, 1)
+	unlocked := make(chan error, 1)
 	go func() {
 		if err := c.FairLock("fair").Lock(ctx); err != nil {
 			t.Error(err)
 			return
 		}
 		got <- time.Now()
-		if err := c.FairLock("fair").Unlock(ctx); err != nil {
-			t.Error(err)
-		}
+		unlocked <- c.FairLock("fair").Unlock(ctx)
 	}()
 	waitQueueLen(t, rdb, 2)
 	if err := helper.Process.Signal(syscall.SIGKILL); err != nil {
@@ -175,10 +174,12 @@ func TestFairLockDeadWaiterDoesNotBlockQueue(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("a dead waiter blocks the queue: %v", queue(t, rdb))
 	}
-	eventually(t, 2*time.Second, "no key is left", func() bool {
-		keys, _ := do(t, rdb, "KEYS", "*").AsStrSlice()
-		return len(keys) == 0
-	})
+	if err := <-unlocked; err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := do(t, rdb, "KEYS", "*").AsStrSlice(); len(keys) != 0 || err != nil {
+		t.Fatalf("keys left: %v, %v", keys, err)
+	}
 }
 
 func TestFairLockWaiterThatGivesUpLeavesQueue(t *testing.T) {
