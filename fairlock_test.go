@@ -358,3 +358,69 @@ func TestFairLockUnlockWakesOnlyTheHead(t *testing.T) {
 	close(release)
 	wg.Wait()
 }
+
+func TestFairLockQueueOrderHoldsForFreeLockAndLongWaits(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, fastWatchdog)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	// Another process's waiter is at the head of the queue, alive for 3 s more (its Client would refresh
+	// it); the lock itself is free.
+	now, err := do(t, rdb, "TIME").AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs, _ := strconv.ParseInt(now[0], 10, 64)
+	micros, _ := strconv.ParseInt(now[1], 10, 64)
+	ghostAlive := secs*1000 + micros/1000 + 3000
+	do(t, rdb, "RPUSH", fairQueue, "ghost")
+	do(t, rdb, "ZADD", fairDeadlines, strconv.FormatInt(ghostAlive, 10), "ghost")
+	start := time.Now()
+
+	// Nobody may jump the queue: not a single attempt, not a waiter.
+	if ok, err := c.FairLock("fair").TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("TryLock(0) with a waiter queued = %v, %v", ok, err)
+	}
+	got := make(chan time.Time, 1)
+	unlocked := make(chan error, 1)
+	go func() {
+		if err := c.FairLock("fair").Lock(relock.WithOwner(ctx, "patient")); err != nil {
+			t.Error(err)
+			return
+		}
+		got <- time.Now()
+		unlocked <- c.FairLock("fair").Unlock(relock.WithOwner(ctx, "patient"))
+	}()
+	waitQueueLen(t, rdb, 2)
+
+	// The patient waiter waits two of its watchdog timeouts: its entry is kept alive all along.
+	time.Sleep(2 * time.Second)
+	if q := queue(t, rdb); len(q) != 2 || q[1] != c.ID()+":patient" {
+		t.Fatalf("queue after a long wait = %v", q)
+	}
+	alive, err := do(t, rdb, "ZSCORE", fairDeadlines, c.ID()+":patient").AsFloat64()
+	if err != nil || int64(alive) < ghostAlive-1000 {
+		t.Fatalf("the waiter's entry is not being refreshed: alive until %v (ghost %d), %v", alive, ghostAlive, err)
+	}
+	select {
+	case <-got:
+		t.Fatal("the waiter took the lock ahead of the queue's head")
+	default:
+	}
+	// The ghost stops being refreshed: its entry expires at 3 s and the patient waiter gets the lock.
+	select {
+	case at := <-got:
+		if d := at.Sub(start); d < 2900*time.Millisecond || d > 3500*time.Millisecond {
+			t.Fatalf("the waiter got the lock %v after the ghost queued; its entry expired at 3s", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the waiter never got the lock: %v", queue(t, rdb))
+	}
+	if err := <-unlocked; err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := do(t, rdb, "KEYS", "*").AsStrSlice(); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}
