@@ -31,6 +31,11 @@ var (
 	// of decimal digits, which are reserved for goroutine owners.
 	ErrInvalidOwner = errors.New("relock: invalid owner token")
 
+	// ErrUpgrade means an owner that holds a read lock asked for the write lock of the same ReadWriteLock.
+	// The write lock waits for every reader to leave, this owner included, so the request could never be
+	// granted; it fails at once instead of waiting forever. Release the read lock first.
+	ErrUpgrade = errors.New("relock: cannot take the write lock while holding the read lock")
+
 	// ErrNotFenced means FencingToken was called on a lock made without WithFencing.
 	ErrNotFenced = errors.New("relock: lock is not fenced")
 

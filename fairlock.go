@@ -29,79 +29,23 @@ type FairLock struct {
 	r reentrant
 }
 
-// fairQueue is what a FairLock adds to the reentrant core: the waiters' queue, whose entries are kept
-// alive by the watchdog and removed by those that give up.
-type fairQueue struct {
-	c            *Client
-	queueKey     string
-	deadlinesKey string
-	leaveKeys    []string // [name, queue, deadlines, channel prefix]
-}
-
 // FairLock returns the fair lock called name. The name is the Redis key of the lock; an empty name makes
 // every method return ErrInvalidName. A nil Client gives a lock whose methods return ErrNilClient.
 func (c *Client) FairLock(name string, opts ...LockOption) *FairLock {
 	l := &FairLock{r: newReentrant(c, kindFair, name, opts)}
 	r := &l.r
 	tag := "{" + name + "}"
-	q := &fairQueue{c: c, queueKey: "redisson_lock_queue:" + tag, deadlinesKey: "redisson_lock_timeout:" + tag}
-	q.leaveKeys = []string{name, q.queueKey, q.deadlinesKey, r.channel}
-	r.queue = q
+	queue, deadlines := "redisson_lock_queue:"+tag, "redisson_lock_timeout:"+tag
+	r.waiters = &waitQueue{c: c, entries: deadlines, leave: scriptFairLeave, message: unlockMessage,
+		leaveKeys: []string{name, queue, deadlines, r.channel}}
+	r.ownerChannels = true
 	r.acquireScript, r.releaseScript, r.forceScript = scriptFairAcquire, scriptFairRelease, scriptFairForceRelease
-	r.acquireKeys = []string{name, q.queueKey, q.deadlinesKey}
+	r.acquireKeys = []string{name, queue, deadlines}
 	if r.fenced {
 		r.acquireKeys = append(r.acquireKeys, r.tokenKey())
 	}
-	r.releaseKeys = []string{name, q.queueKey, q.deadlinesKey, r.channel, r.recordKey()}
+	r.releaseKeys = []string{name, queue, deadlines, r.channel, r.recordKey()}
 	return l
-}
-
-// acquireArgs completes the acquire script's arguments: how long a queue entry lives unrefreshed (the
-// watchdog timeout), and whether this acquisition joins the queue.
-func (q *fairQueue) acquireArgs(args []string, join bool) []string {
-	flag := "0"
-	if join {
-		flag = "1"
-	}
-	return append(args, q.c.watchdogTimeoutArg, flag)
-}
-
-// entryKey names the owner's queue entry in the watchdog's table.
-func (q *fairQueue) entryKey(k holdKey) holdKey { return holdKey{key: q.queueKey, field: k.field} }
-
-// prepare waits until no earlier removal of the owner's entry is under way.
-func (q *fairQueue) prepare(ctx context.Context, k holdKey) error {
-	_, err := q.c.watchdog.prepare(ctx, q.entryKey(k))
-	return err
-}
-
-// waiting is told of each attempt that left the owner in the queue: the watchdog keeps the entry alive.
-func (q *fairQueue) waiting(k holdKey, sentAt time.Time) {
-	q.c.watchdog.acquired(q.entryKey(k), acquisition{
-		kind: kindFair, count: 1, sentAt: sentAt, keepAlive: true,
-		renew: renewal{script: scriptFairRefresh, keys: []string{q.deadlinesKey}, args: []string{k.field}},
-	})
-}
-
-// done ends a waiting acquisition: the watchdog forgets the entry, and an owner that gave up leaves the
-// queue at once (in the background, since its context may be over; its next attempt waits for that).
-func (q *fairQueue) done(k holdKey, acquired bool) {
-	ek := q.entryKey(k)
-	if acquired { // the acquire script removed the entry
-		q.c.watchdog.released(ek, 0)
-		return
-	}
-	_, settled := q.c.watchdog.settle(ek)
-	args := []string{k.field, unlockMessage}
-	ran := q.c.goBackground(func(life context.Context) {
-		q.c.retryUnknown(life, time.Now().Add(q.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
-			return q.c.run(ctx, scriptFairLeave, q.leaveKeys, args).AsInt64()
-		})
-		settled(0)
-	})
-	if !ran {
-		settled(0)
-	}
 }
 
 func (l *FairLock) core() *reentrant {

@@ -38,20 +38,30 @@ func WithFencing() LockOption {
 	return func(o *lockOptions) { o.fenced = true }
 }
 
-// reentrant is what RLock and FairLock share: a hash at the lock's name whose field is the owner and whose
-// value is its hold count; acquisition, release and repair by one script each; holds registered with the
-// watchdog; the optional fencing counter. queue is nil for an RLock.
+// reentrant is what every lock type shares: a hash at the lock's name whose field is the owner (plus a
+// suffix, for a write lock) and whose value is its hold count; acquisition, release and repair by one
+// script each; holds registered with the watchdog; the optional fencing counter.
+//
+// The scripts of all lock types take the same leading arguments and give the same replies: acquire
+// ARGV = [hold TTL ms, owner field, extraArgs..., (queue TTL ms, join)] and replies {1, count, token},
+// {0, wait ms, 0} or {-1, 0, 0} (an upgrade that would deadlock); release ARGV = [owner field, message,
+// expected count or ”, request id] and replies the remaining count or -1 (not held).
 type reentrant struct {
 	c       *Client
 	kind    lockKind
 	name    string
 	fenced  bool
-	channel string // RLock: where releases are announced; FairLock: the prefix of each waiter's channel
+	channel string // where releases are announced; with ownerChannels, the prefix of each waiter's own
 
-	acquireScript, releaseScript, forceScript *script
-	acquireKeys                               []string // [name, (queue, deadlines,) (token counter)]
-	releaseKeys                               []string // [name, (queue, deadlines,) channel, release record]
-	queue                                     *fairQueue
+	acquireScript, releaseScript, forceScript, renewScript *script
+	acquireKeys                                            []string // the lock's key first
+	releaseKeys                                            []string
+	fieldSuffix                                            string // appended to the owner to make its field
+	releaseMessage                                         string // what the last release publishes
+	mode                                                   string // for IsLocked: the hash's mode, or "" for any
+	extraArgs                                              func(owner string) []string
+	waiters                                                *waitQueue // queued waiters (FairLock, writer priority)
+	ownerChannels                                          bool       // each waiter listens on channel:<owner>
 }
 
 func newReentrant(c *Client, kind lockKind, name string, opts []LockOption) reentrant {
@@ -60,7 +70,7 @@ func newReentrant(c *Client, kind lockKind, name string, opts []LockOption) reen
 		opt(&o)
 	}
 	return reentrant{c: c, kind: kind, name: name, fenced: o.fenced,
-		channel: "redisson_lock__channel:{" + name + "}"}
+		channel: "redisson_lock__channel:{" + name + "}", renewScript: scriptRenew, releaseMessage: unlockMessage}
 }
 
 // tokenKey is the fencing counter's key.
@@ -80,11 +90,19 @@ func (r *reentrant) tryLock(ctx context.Context, op string, wait, lease time.Dur
 	} else {
 		ttlArg = fmtMillis(ttl)
 	}
+	owner := field
+	field += r.fieldSuffix
 	k := holdKey{key: r.name, field: field}
 	args := []string{ttlArg, field}
+	if r.extraArgs != nil {
+		args = append(args, r.extraArgs(owner)...)
+	}
+	if r.waiters != nil {
+		args = r.waiters.acquireArgs(args, wait != 0)
+	}
 	channel := r.channel
-	if r.queue != nil {
-		args, channel = r.queue.acquireArgs(args, wait != 0), r.channel+":"+field
+	if r.ownerChannels {
+		channel += ":" + field
 	}
 	parent := ctx
 	ok, err := r.c.acquire(ctx, acquireOp{
@@ -93,8 +111,8 @@ func (r *reentrant) tryLock(ctx context.Context, op string, wait, lease time.Dur
 			return r.attempt(ctx, parent, k, lease, ttl, args)
 		},
 	})
-	if r.queue != nil && wait != 0 {
-		r.queue.done(k, ok)
+	if r.waiters != nil && wait != 0 {
+		r.waiters.done(k, ok)
 	}
 	if err != nil {
 		return false, r.fail(op, err)
@@ -107,8 +125,8 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 	if _, err := r.c.watchdog.prepare(ctx, k); err != nil {
 		return false, 0, err
 	}
-	if r.queue != nil {
-		if err := r.queue.prepare(ctx, k); err != nil {
+	if r.waiters != nil {
+		if err := r.waiters.prepare(ctx, k); err != nil {
 			return false, 0, err
 		}
 	}
@@ -123,16 +141,19 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 	if len(reply) != 3 {
 		return false, 0, errUnexpectedReply
 	}
-	if reply[0] == 1 {
+	switch reply[0] {
+	case 1:
 		r.c.watchdog.acquired(k, acquisition{
 			kind: r.kind, name: r.name, count: reply[1], lease: lease, sentAt: sentAt,
-			renew: renewal{script: scriptRenew, keys: r.acquireKeys[:1], args: args[1:2]}, // args[1] is the field
+			renew: renewal{script: r.renewScript, keys: r.acquireKeys[:1], args: args[1:2]}, // args[1] is the field
 			token: uint64(reply[2]), parent: parent, traced: trace.SpanFromContext(ctx).IsRecording(),
 		})
 		return true, 0, nil
+	case -1:
+		return false, 0, ErrUpgrade
 	}
-	if r.queue != nil {
-		r.queue.waiting(k, sentAt)
+	if r.waiters != nil && args[len(args)-1] == "1" {
+		r.waiters.waiting(k, r.kind, sentAt)
 	}
 	if reply[1] < 0 {
 		return false, -1, nil
@@ -148,7 +169,7 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 // is done, the same owner's next operation on this lock waits.
 func (r *reentrant) undoAcquire(k holdKey, ttl time.Duration) {
 	prior, done := r.c.watchdog.settle(k)
-	args := []string{k.field, unlockMessage, strconv.FormatInt(prior+1, 10), ""}
+	args := []string{k.field, r.releaseMessage, strconv.FormatInt(prior+1, 10), ""}
 	ran := r.c.goBackground(func(life context.Context) {
 		left := r.c.retryUnknown(life, time.Now().Add(ttl), func(ctx context.Context) (int64, error) {
 			return r.c.run(ctx, r.releaseScript, r.releaseKeys, args).AsInt64()
@@ -161,7 +182,7 @@ func (r *reentrant) undoAcquire(k holdKey, ttl time.Duration) {
 }
 
 func (r *reentrant) unlock(ctx context.Context) error {
-	field, err := r.prepare(ctx)
+	field, err := r.prepareField(ctx)
 	if err != nil {
 		return r.fail("unlock", err)
 	}
@@ -202,7 +223,7 @@ func (r *reentrant) unlock(ctx context.Context) error {
 
 // releaseArgs are the arguments of one release request, with a fresh request id.
 func (r *reentrant) releaseArgs(field string) []string {
-	return []string{field, unlockMessage, "", strconv.FormatUint(rand.Uint64(), 36)}
+	return []string{field, r.releaseMessage, "", strconv.FormatUint(rand.Uint64(), 36)}
 }
 
 // release sends one release request; sending the same args again never releases twice.
@@ -229,7 +250,7 @@ func (r *reentrant) forceUnlock(ctx context.Context) (bool, error) {
 		return false, r.fail("forceunlock", err)
 	}
 	ctx, span := r.c.tel.startSpan(ctx, "relock.force_unlock", r.kind, r.name)
-	n, err := r.c.run(ctx, r.forceScript, r.releaseKeys, []string{unlockMessage}).AsInt64()
+	n, err := r.c.run(ctx, r.forceScript, r.releaseKeys, []string{r.releaseMessage}).AsInt64()
 	if err != nil {
 		endSpan(span, outcomeError, err)
 		return false, r.fail("forceunlock", err)
@@ -243,7 +264,7 @@ func (r *reentrant) forceUnlock(ctx context.Context) (bool, error) {
 }
 
 func (r *reentrant) holdContext(ctx context.Context) (context.Context, error) {
-	field, err := r.prepare(ctx)
+	field, err := r.prepareField(ctx)
 	if err != nil {
 		return nil, r.fail("holdcontext", err)
 	}
@@ -255,7 +276,7 @@ func (r *reentrant) holdContext(ctx context.Context) (context.Context, error) {
 }
 
 func (r *reentrant) fencingToken(ctx context.Context) (uint64, error) {
-	field, err := r.prepare(ctx)
+	field, err := r.prepareField(ctx)
 	if err != nil {
 		return 0, r.fail("fencingtoken", err)
 	}
@@ -273,6 +294,16 @@ func (r *reentrant) isLocked(ctx context.Context) (bool, error) {
 	if err := r.check(ctx); err != nil {
 		return false, r.fail("islocked", err)
 	}
+	if r.mode != "" {
+		mode, err := r.c.do(ctx, r.c.rdb.B().Hget().Key(r.name).Field("mode").Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, r.fail("islocked", err)
+		}
+		return mode == r.mode, nil
+	}
 	n, err := r.c.do(ctx, r.c.rdb.B().Exists().Key(r.name).Build()).AsInt64()
 	if err != nil {
 		return false, r.fail("islocked", err)
@@ -281,7 +312,7 @@ func (r *reentrant) isLocked(ctx context.Context) (bool, error) {
 }
 
 func (r *reentrant) holdCount(ctx context.Context, op string) (int, error) {
-	field, err := r.prepare(ctx)
+	field, err := r.prepareField(ctx)
 	if err != nil {
 		return 0, r.fail(op, err)
 	}
@@ -339,6 +370,12 @@ func (r *reentrant) prepare(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return r.c.ownerField(ctx)
+}
+
+// prepareField is prepare, with the owner turned into the owner's field in the lock's hash.
+func (r *reentrant) prepareField(ctx context.Context) (string, error) {
+	owner, err := r.prepare(ctx)
+	return owner + r.fieldSuffix, err
 }
 
 func (r *reentrant) fail(op string, err error) error {

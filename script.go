@@ -36,7 +36,7 @@ var (
 	scriptFairRelease      = loadScript("fair_release")
 	scriptFairForceRelease = loadScript("fair_force_release")
 	scriptFairLeave        = loadScript("fair_leave")
-	scriptFairRefresh      = loadScript("fair_refresh")
+	scriptQueueRefresh     = loadScript("queue_refresh")
 )
 
 // run is the one path every script takes to Redis: each call is a single round trip (EVALSHA; EVAL only

@@ -1,6 +1,7 @@
--- Keep many fair-lock queue entries alive at once: the watchdog's batch for waiting owners.
+-- Keep many waiting owners' entries alive at once: the watchdog's batch for a FairLock's queue
+-- (redisson_lock_timeout:{<name>}) and a write lock's waiting writers (relock_rwlock_writers:{<name>}).
 --
--- KEYS[i]    the deadlines sorted set (redisson_lock_timeout:{<name>}) of the i-th entry's lock
+-- KEYS[i]    the sorted set of the i-th entry, scored with the time until which each owner counts as alive
 -- ARGV[1]    how long an entry lives without a refresh, in milliseconds
 -- ARGV[i+1]  the i-th entry's owner field
 --

@@ -1,0 +1,66 @@
+package relock
+
+import (
+	"context"
+	"time"
+)
+
+// waitQueue is a sorted set of waiting owners, each scored with the time (Redis's clock) until which it
+// counts as alive: a FairLock's deadlines, a write lock's waiting writers. Its entries are kept alive by
+// the watchdog while their owners wait, and removed by a leave script, at once, when an owner gives up.
+// The acquire script adds and removes entries; it takes two extra arguments for that: how long an entry
+// lives unrefreshed (the watchdog timeout) and whether this acquisition may join ('1') or not ('0').
+type waitQueue struct {
+	c         *Client
+	entries   string   // the sorted set's key
+	leave     *script  // removes an owner's entry: ARGV = [owner field, message]
+	leaveKeys []string // the leave script's keys
+	message   string   // what the leave script publishes to whoever it wakes
+}
+
+// acquireArgs appends the acquire script's queue arguments.
+func (q *waitQueue) acquireArgs(args []string, join bool) []string {
+	flag := "0"
+	if join {
+		flag = "1"
+	}
+	return append(args, q.c.watchdogTimeoutArg, flag)
+}
+
+// entryKey names the owner's entry in the watchdog's table.
+func (q *waitQueue) entryKey(k holdKey) holdKey { return holdKey{key: q.entries, field: k.field} }
+
+// prepare waits until no earlier removal of the owner's entry is under way.
+func (q *waitQueue) prepare(ctx context.Context, k holdKey) error {
+	_, err := q.c.watchdog.prepare(ctx, q.entryKey(k))
+	return err
+}
+
+// waiting is told of each attempt that may have left the owner queued: the watchdog keeps the entry alive.
+func (q *waitQueue) waiting(k holdKey, kind lockKind, sentAt time.Time) {
+	q.c.watchdog.acquired(q.entryKey(k), acquisition{
+		kind: kind, count: 1, sentAt: sentAt, keepAlive: true,
+		renew: renewal{script: scriptQueueRefresh, keys: []string{q.entries}, args: []string{k.field}},
+	})
+}
+
+// done ends a waiting acquisition: the watchdog forgets the entry, and an owner that gave up leaves at
+// once (in the background, since its context may be over; its next attempt waits for that).
+func (q *waitQueue) done(k holdKey, acquired bool) {
+	ek := q.entryKey(k)
+	if acquired { // the acquire script removed the entry
+		q.c.watchdog.released(ek, 0)
+		return
+	}
+	_, settled := q.c.watchdog.settle(ek)
+	args := []string{k.field, q.message}
+	ran := q.c.goBackground(func(life context.Context) {
+		q.c.retryUnknown(life, time.Now().Add(q.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
+			return q.c.run(ctx, q.leave, q.leaveKeys, args).AsInt64()
+		})
+		settled(0)
+	})
+	if !ran {
+		settled(0)
+	}
+}
