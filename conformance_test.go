@@ -26,7 +26,7 @@ type testLock interface {
 	FencingToken(ctx context.Context) (uint64, error)
 }
 
-// lockKinds are the reentrant lock types every conformance test runs against.
+// lockKinds are the exclusive lock types every conformance test runs against.
 var lockKinds = []struct {
 	name    string
 	newLock func(c *relock.Client, name string, opts ...relock.LockOption) testLock
@@ -34,6 +34,12 @@ var lockKinds = []struct {
 	{"rlock", func(c *relock.Client, name string, opts ...relock.LockOption) testLock { return c.Lock(name, opts...) }},
 	{"fair", func(c *relock.Client, name string, opts ...relock.LockOption) testLock {
 		return c.FairLock(name, opts...)
+	}},
+	{"write", func(c *relock.Client, name string, opts ...relock.LockOption) testLock {
+		return c.ReadWriteLock(name, opts...).WriteLock()
+	}},
+	{"write-priority", func(c *relock.Client, name string, opts ...relock.LockOption) testLock {
+		return c.ReadWriteLock(name, append(opts, relock.WithWriterPriority())...).WriteLock()
 	}},
 }
 

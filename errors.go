@@ -27,8 +27,8 @@ var (
 	// ErrInvalidDuration means a wait, lease or timeout is negative, or zero where zero has no meaning.
 	ErrInvalidDuration = errors.New("relock: invalid duration")
 
-	// ErrInvalidOwner means the owner token carried by the context (see WithOwner) is empty or consists only
-	// of decimal digits, which are reserved for goroutine owners.
+	// ErrInvalidOwner means the owner token carried by the context (see WithOwner) is empty, consists only
+	// of decimal digits (reserved for goroutine owners), or ends in ":write".
 	ErrInvalidOwner = errors.New("relock: invalid owner token")
 
 	// ErrUpgrade means an owner that holds a read lock asked for the write lock of the same ReadWriteLock.

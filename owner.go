@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"strconv"
+	"strings"
 	"unsafe"
 )
 
@@ -22,8 +23,9 @@ type ownerKey struct{}
 // callback, a cleanup goroutine), acquire and release it with contexts carrying the same token. The client
 // UUID is part of the owner, so the same token on two Clients names two different owners.
 //
-// token must be non-empty and must not consist only of decimal digits (those are goroutine IDs);
-// otherwise lock operations made with ctx fail with ErrInvalidOwner. A random token
+// token must be non-empty, must not consist only of decimal digits (those are goroutine IDs) and must not
+// end in ":write" (that marks a ReadWriteLock's writer); otherwise lock operations made with ctx fail with
+// ErrInvalidOwner. A random token
 // (uuid.NewString()) per logical owner is a good choice.
 func WithOwner(ctx context.Context, token string) context.Context {
 	return context.WithValue(ctx, ownerKey{}, token)
@@ -48,6 +50,9 @@ func (c *Client) ownerField(ctx context.Context) (string, error) {
 }
 
 func validToken(token string) bool {
+	if strings.HasSuffix(token, writerSuffix) { // would read as a ReadWriteLock's writer field
+		return false
+	}
 	for i := 0; i < len(token); i++ {
 		if token[i] < '0' || token[i] > '9' {
 			return true

@@ -21,7 +21,8 @@ const (
 type LockOption func(*lockOptions)
 
 type lockOptions struct {
-	fenced bool
+	fenced         bool
+	writerPriority bool
 }
 
 // WithFencing makes the lock fenced: each acquisition by a new owner takes the next value of a 64-bit
@@ -47,11 +48,12 @@ func WithFencing() LockOption {
 // {0, wait ms, 0} or {-1, 0, 0} (an upgrade that would deadlock); release ARGV = [owner field, message,
 // expected count or ”, request id] and replies the remaining count or -1 (not held).
 type reentrant struct {
-	c       *Client
-	kind    lockKind
-	name    string
-	fenced  bool
-	channel string // where releases are announced; with ownerChannels, the prefix of each waiter's own
+	c              *Client
+	kind           lockKind
+	name           string
+	fenced         bool
+	writerPriority bool
+	channel        string // where releases are announced; with ownerChannels, the prefix of each waiter's own
 
 	acquireScript, releaseScript, forceScript, renewScript *script
 	acquireKeys                                            []string // the lock's key first
@@ -69,7 +71,7 @@ func newReentrant(c *Client, kind lockKind, name string, opts []LockOption) reen
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return reentrant{c: c, kind: kind, name: name, fenced: o.fenced,
+	return reentrant{c: c, kind: kind, name: name, fenced: o.fenced, writerPriority: o.writerPriority,
 		channel: "redisson_lock__channel:{" + name + "}", renewScript: scriptRenew, releaseMessage: unlockMessage}
 }
 

@@ -37,6 +37,14 @@ var (
 	scriptFairForceRelease = loadScript("fair_force_release")
 	scriptFairLeave        = loadScript("fair_leave")
 	scriptQueueRefresh     = loadScript("queue_refresh")
+
+	scriptRWReadAcquire  = loadScript("rw_read_acquire")
+	scriptRWReadRelease  = loadScript("rw_read_release")
+	scriptRWReadRenew    = loadScript("rw_read_renew")
+	scriptRWWriteAcquire = loadScript("rw_write_acquire")
+	scriptRWWriteRelease = loadScript("rw_write_release")
+	scriptRWWriteLeave   = loadScript("rw_write_leave")
+	scriptRWForceRelease = loadScript("rw_force_release")
 )
 
 // run is the one path every script takes to Redis: each call is a single round trip (EVALSHA; EVAL only

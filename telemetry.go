@@ -27,7 +27,7 @@ const instrumentationName = "github.com/relock-go/relock"
 // has the hold).
 const (
 	AttrLockName = attribute.Key("relock.lock.name")     // the lock's name
-	AttrLockKind = attribute.Key("relock.lock.kind")     // "rlock", "fair", ...
+	AttrLockKind = attribute.Key("relock.lock.kind")     // "rlock", "fair", "read", "write"
 	AttrOutcome  = attribute.Key("relock.outcome")       // how the operation ended (below)
 	AttrAttempts = attribute.Key("relock.attempts")      // acquisition attempts (script runs) in one acquire
 	AttrWaitMS   = attribute.Key("relock.wait_ms")       // time spent acquiring, in milliseconds
@@ -43,6 +43,8 @@ type lockKind uint8
 const (
 	kindRLock lockKind = iota
 	kindFair
+	kindRead
+	kindWrite
 	numKinds
 )
 
@@ -52,6 +54,10 @@ func (k lockKind) String() string {
 		return "rlock"
 	case kindFair:
 		return "fair"
+	case kindRead:
+		return "read"
+	case kindWrite:
+		return "write"
 	}
 	return "unknown"
 }

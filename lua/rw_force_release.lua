@@ -1,0 +1,23 @@
+-- Delete a read-write lock whoever holds it (readers and writer, with the readers' timeout keys), and
+-- wake every waiter.
+--
+-- KEYS[1]  the lock hash (see rw_read_acquire.lua)
+-- KEYS[2]  the channel, redisson_rwlock:{<name>}
+-- KEYS[3]  the release record
+-- ARGV[1]  the message ("1": wakes every waiter)
+--
+-- Returns 1 when a lock was deleted, 0 when there was none.
+if redis.call('exists', KEYS[1]) == 0 then
+  return 0
+end
+for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+  if field ~= 'mode' then
+    local n = tonumber(redis.call('hget', KEYS[1], field)) or 0
+    for i = 1, n do
+      redis.call('del', '{' .. KEYS[1] .. '}:' .. field .. ':rwlock_timeout:' .. i)
+    end
+  end
+end
+redis.call('del', KEYS[1], KEYS[3])
+redis.call('publish', KEYS[2], ARGV[1])
+return 1

@@ -1,0 +1,69 @@
+-- Acquire or re-enter the read lock of a read-write lock, in Redisson's RReadWriteLock layout.
+--
+-- KEYS[1]  the lock: a hash with field 'mode' ('read' or 'write'), a field per reader "<owner>" holding its
+--          read count, and the writer's field "<owner>:write" holding its write count. Each read hold
+--          level n has its own key {<name>}:<owner>:rwlock_timeout:<n>, which expires on its own: a reader
+--          whose Client stops renewing is gone when its keys are, whatever the other readers do.
+-- KEYS[2]  the waiting writers that asked for priority, relock_rwlock_writers:{<name>}: a sorted set of
+--          owners scored with the time (ms, Redis's clock) until which each counts as alive
+-- ARGV[1]  how long the hold lives, in milliseconds
+-- ARGV[2]  the owner field (the reader's field)
+-- ARGV[3]  the same owner's writer field, "<owner>:write": a writer may take the read lock (downgrade)
+--
+-- Returns {1, readCount, 0} when the owner now holds the read lock (first or reentrant);
+--         {0, wait, 0}      when it must wait: wait (ms) is how long it may sleep before trying again
+--                           unless notified: the lock's remaining time to live when a writer holds it
+--                           (-1: no expiry), or the time until the first live priority writer's entry
+--                           expires when it yields to waiting writers.
+local ttl = tonumber(ARGV[1])
+local owner = ARGV[2]
+local prefix = '{' .. KEYS[1] .. '}:' .. owner .. ':rwlock_timeout:'
+
+local function hold()
+  local n = redis.call('hincrby', KEYS[1], owner, 1)
+  redis.call('set', prefix .. n, 1, 'PX', ttl)
+  if redis.call('pttl', KEYS[1]) < ttl then
+    redis.call('pexpire', KEYS[1], ttl)
+  end
+  return {1, n, 0}
+end
+
+-- Writers that asked for priority and are still alive make new readers wait (a reader already holding
+-- may re-enter: it would otherwise wait on itself).
+local function writerWaiting()
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+  local first = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES')
+  if first[2] then
+    return math.max(tonumber(first[2]) - now, 0)
+  end
+  return nil
+end
+
+local mode = redis.call('hget', KEYS[1], 'mode')
+if not mode then
+  local wait = writerWaiting()
+  if wait then
+    return {0, wait, 0}
+  end
+  redis.call('hset', KEYS[1], 'mode', 'read')
+  return hold()
+end
+if mode == 'read' then
+  if redis.call('hexists', KEYS[1], owner) == 0 then
+    local wait = writerWaiting()
+    if wait then
+      local pttl = redis.call('pttl', KEYS[1])
+      if pttl > 0 and pttl < wait then
+        wait = pttl
+      end
+      return {0, wait, 0}
+    end
+  end
+  return hold()
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
+  return hold()
+end
+return {0, redis.call('pttl', KEYS[1]), 0}

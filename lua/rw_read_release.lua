@@ -1,0 +1,71 @@
+-- Release one read hold; at the owner's last, remove its field, and when no live holder is left, delete
+-- the lock and wake a waiter.
+--
+-- KEYS[1]  the lock hash (see rw_read_acquire.lua)
+-- KEYS[2]  the channel, redisson_rwlock:{<name>}
+-- KEYS[3]  the release record, relock_rwlock_release:{<name>}: a hash from owner field to the request id of
+--          its last release that left it holding (see rlock_release.lua; read-write locks have many holders)
+-- ARGV[1]  the owner field
+-- ARGV[2]  the message ("0": wakes one waiter per Client, a writer in practice)
+-- ARGV[3]  '' or the read count the owner must have (the undo of an acquisition whose reply was lost)
+-- ARGV[4]  '' or the request id
+--
+-- Returns -1 when the owner holds no read lock (or its count is not ARGV[3]): nothing was changed;
+--         the owner's remaining read count otherwise (for a repeated request, the current one).
+local owner = ARGV[1]
+local count = redis.call('hget', KEYS[1], owner)
+if not count or redis.call('hget', KEYS[1], 'mode') == false then
+  return -1
+end
+if ARGV[3] ~= '' and count ~= ARGV[3] then
+  return -1
+end
+if ARGV[4] ~= '' and redis.call('hget', KEYS[3], owner) == ARGV[4] then
+  return tonumber(count)
+end
+local prefix = '{' .. KEYS[1] .. '}:'
+count = redis.call('hincrby', KEYS[1], owner, -1)
+redis.call('del', prefix .. owner .. ':rwlock_timeout:' .. (count + 1))
+if count > 0 then
+  if ARGV[4] ~= '' then
+    redis.call('hset', KEYS[3], owner, ARGV[4])
+    local ttl = redis.call('pttl', KEYS[1])
+    if ttl > 0 then
+      redis.call('pexpire', KEYS[3], ttl)
+    end
+  end
+  return count
+end
+redis.call('hdel', KEYS[1], owner)
+redis.call('hdel', KEYS[3], owner)
+
+-- Is anyone left? The writer (a downgrade), or readers with a hold level that has not expired. Readers
+-- whose levels all expired are dropped.
+local live = false
+for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+  if field ~= 'mode' then
+    if string.sub(field, -6) == ':write' then
+      live = true
+    else
+      local n = tonumber(redis.call('hget', KEYS[1], field)) or 0
+      local alive = false
+      for i = n, 1, -1 do
+        if redis.call('exists', prefix .. field .. ':rwlock_timeout:' .. i) == 1 then
+          alive = true
+          break
+        end
+      end
+      if alive then
+        live = true
+      else
+        redis.call('hdel', KEYS[1], field)
+      end
+    end
+  end
+end
+if live then
+  return 0
+end
+redis.call('del', KEYS[1], KEYS[3])
+redis.call('publish', KEYS[2], ARGV[2])
+return 0

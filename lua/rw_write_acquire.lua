@@ -1,0 +1,77 @@
+-- Acquire or re-enter the write lock of a read-write lock (layout: see rw_read_acquire.lua).
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the waiting writers that asked for priority (see rw_read_acquire.lua)
+-- KEYS[3]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
+-- ARGV[1]  how long the hold lives, in milliseconds
+-- ARGV[2]  the owner's writer field, "<owner>:write"
+-- ARGV[3]  the owner's reader field, "<owner>"
+-- ARGV[4]  with priority, how long the writer's waiting entry lives unrefreshed (ms); '' without
+-- ARGV[5]  '1' to join the waiting writers (priority, and willing to wait); '0' otherwise
+--
+-- Returns {1, writeCount, token} when the owner now holds the write lock (token: 0 when not fenced);
+--         {0, wait, 0}           when it must wait: wait is the lock's remaining time to live (-1: none);
+--         {-1, 0, 0}             when the owner holds the read lock: the write lock would wait for it
+--                                forever (an upgrade), so the caller fails at once.
+local ttl = tonumber(ARGV[1])
+local writer = ARGV[2]
+
+local function token(first)
+  if not KEYS[3] then
+    return 0
+  end
+  if first then
+    return redis.call('incr', KEYS[3])
+  end
+  return tonumber(redis.call('get', KEYS[3]) or 0)
+end
+
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == 'read' then
+  if redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
+    return {-1, 0, 0}
+  end
+  -- Readers whose every hold level has expired (their Client stopped renewing) no longer count.
+  local live = false
+  local fields = redis.call('hkeys', KEYS[1])
+  for _, field in ipairs(fields) do
+    if field ~= 'mode' then
+      local n = tonumber(redis.call('hget', KEYS[1], field)) or 0
+      local alive = false
+      for i = n, 1, -1 do
+        if redis.call('exists', '{' .. KEYS[1] .. '}:' .. field .. ':rwlock_timeout:' .. i) == 1 then
+          alive = true
+          break
+        end
+      end
+      if alive then
+        live = true
+      else
+        redis.call('hdel', KEYS[1], field)
+      end
+    end
+  end
+  if not live then
+    redis.call('del', KEYS[1])
+    mode = false
+  end
+end
+if not mode then
+  redis.call('hset', KEYS[1], 'mode', 'write', writer, 1)
+  redis.call('pexpire', KEYS[1], ttl)
+  redis.call('zrem', KEYS[2], writer)
+  return {1, 1, token(true)}
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
+  local count = redis.call('hincrby', KEYS[1], writer, 1)
+  if redis.call('pttl', KEYS[1]) < ttl then
+    redis.call('pexpire', KEYS[1], ttl)
+  end
+  return {1, count, token(false)}
+end
+if ARGV[4] ~= '' and ARGV[5] == '1' then
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('zadd', KEYS[2], now + tonumber(ARGV[4]), writer)
+end
+return {0, redis.call('pttl', KEYS[1]), 0}

@@ -1,0 +1,13 @@
+-- Take a writer that gave up out of the priority writers, and wake the readers that held back for it.
+--
+-- KEYS[1]  the waiting writers (see rw_read_acquire.lua)
+-- KEYS[2]  the channel, redisson_rwlock:{<name>}
+-- ARGV[1]  the owner's writer field
+-- ARGV[2]  the message ("1": wakes every waiter)
+--
+-- Returns 1 when the writer was waiting, 0 when it was not (then nobody is woken).
+if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then
+  redis.call('publish', KEYS[2], ARGV[2])
+  return 1
+end
+return 0

@@ -1,0 +1,340 @@
+package relock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+func TestReadWriteInvariant(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	clients := []*relock.Client{newClient(t, srv, nil), newClient(t, srv, nil)}
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 60*time.Second)
+	var readers, writers, maxReaders atomic.Int32
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		rw := c.ReadWriteLock("rw")
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 40 {
+					if (g+i)%4 == 0 { // a quarter of the sections write
+						l := rw.WriteLock()
+						if err := l.Lock(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+						if writers.Add(1) != 1 || readers.Load() != 0 {
+							t.Error("a writer overlaps another holder")
+						}
+						time.Sleep(200 * time.Microsecond)
+						writers.Add(-1)
+						if err := l.Unlock(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+						continue
+					}
+					l := rw.ReadLock()
+					if err := l.Lock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+					n := readers.Add(1)
+					if writers.Load() != 0 {
+						t.Error("a reader overlaps a writer")
+					}
+					for m := maxReaders.Load(); n > m && !maxReaders.CompareAndSwap(m, n); m = maxReaders.Load() {
+					}
+					time.Sleep(500 * time.Microsecond)
+					readers.Add(-1)
+					if err := l.Unlock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if maxReaders.Load() < 2 {
+		t.Errorf("readers never shared the lock (at most %d at once)", maxReaders.Load())
+	}
+	if keys, _ := do(t, rdb, "KEYS", "*").AsStrSlice(); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}
+
+func TestManyReadersOutliveWatchdogPeriods(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	clients := []*relock.Client{newClient(t, srv, fastWatchdog), newClient(t, srv, fastWatchdog)}
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const n = 50
+	var wg sync.WaitGroup
+	holding, release := make(chan struct{}, n), make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := clients[i%2].ReadWriteLock("rw").ReadLock()
+			if err := l.Lock(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			held, err := l.HoldContext(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			holding <- struct{}{}
+			<-release
+			if held.Err() != nil {
+				t.Errorf("a reader's hold ended while held: %v", context.Cause(held))
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	for range n {
+		<-holding
+	}
+	time.Sleep(3 * time.Second) // three watchdog timeouts
+	fields, _ := do(t, rdb, "HLEN", "rw").AsInt64()
+	if fields != n+1 {
+		t.Fatalf("HLEN = %d after 3 s; want %d readers and the mode", fields, n)
+	}
+	close(release)
+	wg.Wait()
+	if keys, _ := do(t, rdb, "KEYS", "*").AsStrSlice(); len(keys) != 0 {
+		t.Fatalf("keys left after every reader unlocked: %v", keys)
+	}
+}
+
+func TestWriteUnlockWakesBlockedReaders(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	w := a.ReadWriteLock("rw").WriteLock()
+	if err := w.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	var wg sync.WaitGroup
+	acquired := make(chan time.Time, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := []*relock.Client{a, b}[i%2].ReadWriteLock("rw").ReadLock()
+			if err := l.Lock(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			acquired <- time.Now()
+			time.Sleep(50 * time.Millisecond)
+			_ = l.Unlock(ctx)
+		}()
+	}
+	eventually(t, 5*time.Second, "the readers subscribe", func() bool { return numsub(t, rdb, "redisson_rwlock:{rw}") == 2 })
+	time.Sleep(100 * time.Millisecond)
+	released := time.Now()
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(acquired)
+	got := 0
+	for at := range acquired {
+		got++
+		if d := at.Sub(released); d > time.Second {
+			t.Errorf("a reader got the lock %v after the write unlock", d)
+		}
+	}
+	if got != n {
+		t.Fatalf("%d of %d readers got the lock", got, n)
+	}
+}
+
+func TestDeadReaderStopsBlockingWriter(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	dead, err := relock.New([]string{srv.Addr()}, fastWatchdog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive, writer := newClient(t, srv, fastWatchdog), newClient(t, srv, fastWatchdog)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	if err := dead.ReadWriteLock("rw").ReadLock().Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	liveCtx := relock.WithOwner(ctx, "live-reader")
+	if err := alive.ReadWriteLock("rw").ReadLock().Lock(liveCtx); err != nil {
+		t.Fatal(err)
+	}
+	dead.Close() // its reader is never released and no longer renewed
+	got := make(chan time.Time, 1)
+	go func() {
+		if err := writer.ReadWriteLock("rw").WriteLock().Lock(ctx); err != nil {
+			t.Error(err)
+			return
+		}
+		got <- time.Now()
+		_ = writer.ReadWriteLock("rw").WriteLock().Unlock(ctx)
+	}()
+	// The live reader keeps the lock for three watchdog timeouts; the dead one's hold expires meanwhile.
+	time.Sleep(3 * time.Second)
+	select {
+	case <-got:
+		t.Fatal("the writer got the lock while a live reader held it")
+	default:
+	}
+	keys, _ := do(t, rdb, "KEYS", "{rw}:"+dead.ID()+":*").AsStrSlice()
+	if len(keys) != 0 {
+		t.Fatalf("the dead reader's hold was kept alive: %v", keys)
+	}
+	released := time.Now()
+	if err := alive.ReadWriteLock("rw").ReadLock().Unlock(liveCtx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		if d := at.Sub(released); d > 500*time.Millisecond {
+			t.Fatalf("the writer got the lock %v after the last live reader left", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a dead reader still blocks the writer")
+	}
+}
+
+func TestDowngradeAndUpgrade(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 10*time.Second)
+	rw := a.ReadWriteLock("rw")
+	if err := rw.WriteLock().Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.ReadLock().Lock(ctx); err != nil {
+		t.Fatalf("the writer cannot take the read lock: %v", err)
+	}
+	other := b.ReadWriteLock("rw")
+	if ok, err := other.ReadLock().TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("another reader entered beside a writer: %v, %v", ok, err)
+	}
+	if err := rw.WriteLock().Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := rw.ReadLock().IsHeld(ctx); !held || err != nil {
+		t.Fatalf("after the downgrade the owner no longer reads: %v, %v", held, err)
+	}
+	if locked, _ := rw.ReadLock().IsLocked(ctx); !locked {
+		t.Fatal("the lock is not in read mode after the downgrade")
+	}
+	if ok, err := other.ReadLock().TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("another reader cannot enter after the downgrade: %v, %v", ok, err)
+	}
+	if ok, err := other.WriteLock().TryLock(relock.WithOwner(ctx, "writer"), 50*time.Millisecond, 0); ok || err != nil {
+		t.Fatalf("a writer entered beside readers: %v, %v", ok, err)
+	}
+
+	// Read, then write: would wait for itself; fails at once.
+	start := time.Now()
+	err := rw.WriteLock().Lock(ctx)
+	if !errors.Is(err, relock.ErrUpgrade) {
+		t.Fatalf("write lock while holding the read lock = %v, want ErrUpgrade", err)
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Fatalf("ErrUpgrade came after %v", d)
+	}
+	if _, err := rw.WriteLock().TryLock(ctx, time.Second, 0); !errors.Is(err, relock.ErrUpgrade) {
+		t.Fatalf("TryLock write while reading = %v, want ErrUpgrade", err)
+	}
+	_ = rw.ReadLock().Unlock(ctx)
+	_ = other.ReadLock().Unlock(ctx)
+	if ok, err := other.WriteLock().TryLock(relock.WithOwner(ctx, "writer"), time.Second, 0); !ok || err != nil {
+		t.Fatalf("the writer cannot enter once the readers left: %v, %v", ok, err)
+	}
+}
+
+func TestWriterPriorityHoldsBackNewReaders(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	readers, writerClient := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	for _, priority := range []bool{false, true} {
+		t.Run("priority="+strconv.FormatBool(priority), func(t *testing.T) {
+			name := "rw-priority-" + strconv.FormatBool(priority)
+			wait := writerWaitUnderReaderStream(t, ctx, readers, writerClient, name, priority, 2*time.Second)
+			if priority && wait > time.Second {
+				t.Fatalf("with writer priority the writer waited %v under a reader stream", wait)
+			}
+			if !priority && wait < 2*time.Second {
+				t.Logf("without priority the writer got in after %v (overlapping readers may starve it)", wait)
+			}
+		})
+	}
+}
+
+// writerWaitUnderReaderStream keeps 8 readers taking the lock in staggered 20 ms holds, then measures
+// how long a writer waits for it, giving up at limit.
+func writerWaitUnderReaderStream(t testing.TB, ctx context.Context, readers, writer *relock.Client, name string, priority bool, limit time.Duration) time.Duration {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := readers.ReadWriteLock(name).ReadLock()
+			time.Sleep(time.Duration(i) * 20 * time.Millisecond / 8) // staggered: some reader always holds
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := l.Lock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+				_ = l.Unlock(ctx)
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	time.Sleep(100 * time.Millisecond)
+	var opts []relock.LockOption
+	if priority {
+		opts = append(opts, relock.WithWriterPriority())
+	}
+	w := writer.ReadWriteLock(name, opts...).WriteLock()
+	start := time.Now()
+	ok, err := w.TryLock(ctx, limit, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := time.Since(start)
+	if ok {
+		_ = w.Unlock(ctx)
+	}
+	return wait
+}
