@@ -39,32 +39,22 @@ end
 redis.call('hdel', KEYS[1], owner)
 redis.call('hdel', KEYS[3], owner)
 
--- Is anyone left? The writer (a downgrade), or readers with a hold level that has not expired. Readers
--- whose levels all expired are dropped.
-local live = false
+-- Is anyone left? The writer (a downgrade), or a reader with a hold level that has not expired. The
+-- search stops at the first: with many readers, releases stay cheap. Readers whose levels all expired and
+-- that are met on the way are dropped (writers drop the rest).
 for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
   if field ~= 'mode' then
     if string.sub(field, -6) == ':write' then
-      live = true
-    else
-      local n = tonumber(redis.call('hget', KEYS[1], field)) or 0
-      local alive = false
-      for i = n, 1, -1 do
-        if redis.call('exists', prefix .. field .. ':rwlock_timeout:' .. i) == 1 then
-          alive = true
-          break
-        end
-      end
-      if alive then
-        live = true
-      else
-        redis.call('hdel', KEYS[1], field)
+      return 0
+    end
+    local n = tonumber(redis.call('hget', KEYS[1], field)) or 0
+    for i = n, 1, -1 do
+      if redis.call('exists', prefix .. field .. ':rwlock_timeout:' .. i) == 1 then
+        return 0
       end
     end
+    redis.call('hdel', KEYS[1], field)
   end
-end
-if live then
-  return 0
 end
 redis.call('del', KEYS[1], KEYS[3])
 redis.call('publish', KEYS[2], ARGV[2])
