@@ -338,3 +338,34 @@ func writerWaitUnderReaderStream(t testing.TB, ctx context.Context, readers, wri
 	}
 	return wait
 }
+
+func TestLastLiveReaderDeletesLockDespiteDeadReaders(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	dead, err := relock.New([]string{srv.Addr()}, fastWatchdog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive := newClient(t, srv, fastWatchdog)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	if err := dead.ReadWriteLock("rw").ReadLock().Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := alive.ReadWriteLock("rw").ReadLock().Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dead.Close()
+	time.Sleep(1500 * time.Millisecond) // the dead reader's hold expires; the live one is renewed
+	if n, _ := do(t, rdb, "HLEN", "rw").AsInt64(); n != 3 {
+		t.Fatalf("HLEN = %d; want the mode and both readers' fields", n)
+	}
+	if err := alive.ReadWriteLock("rw").ReadLock().Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The last live reader's release sees the dead reader's field has no live hold: the lock is free now,
+	// not when its hash would expire.
+	if keys, _ := do(t, rdb, "KEYS", "*").AsStrSlice(); len(keys) != 0 {
+		t.Fatalf("keys left after the last live reader left: %v", keys)
+	}
+}
