@@ -45,4 +45,3 @@ func BenchmarkWriterWaitUnderReaderStream(b *testing.B) {
 		})
 	}
 }
-
