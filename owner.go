@@ -39,14 +39,42 @@ func OwnerToken(ctx context.Context) (token string, ok bool) {
 
 // ownerField resolves the owner of a call as the hash field "<clientUUID>:<token>".
 func (c *Client) ownerField(ctx context.Context) (string, error) {
+	token, err := ownerToken(ctx)
+	if err != nil {
+		return "", err
+	}
+	return c.id + ":" + token, nil
+}
+
+// resolvedOwnerKey carries a token ownerToken already resolved, so that goroutines working for the
+// caller (the parts of a MultiLock or RedLock) act as the caller's owner, even when that owner is the
+// caller's goroutine.
+type resolvedOwnerKey struct{}
+
+// ownerToken is the one rule that decides the owner token of a call: the token the caller carries, else
+// the calling goroutine's ID.
+func ownerToken(ctx context.Context) (string, error) {
+	if token, ok := ctx.Value(resolvedOwnerKey{}).(string); ok {
+		return token, nil
+	}
 	if token, ok := OwnerToken(ctx); ok {
 		if !validToken(token) {
 			return "", ErrInvalidOwner
 		}
-		return c.id + ":" + token, nil
+		return token, nil
 	}
 	var buf [20]byte
-	return c.id + ":" + string(strconv.AppendUint(buf[:0], goroutineID(), 10)), nil
+	return string(strconv.AppendUint(buf[:0], goroutineID(), 10)), nil
+}
+
+// withResolvedOwner returns ctx carrying the owner token of the call that made it, for the goroutines
+// that act for that call.
+func withResolvedOwner(ctx context.Context) (context.Context, error) {
+	token, err := ownerToken(ctx)
+	if err != nil {
+		return ctx, err
+	}
+	return context.WithValue(ctx, resolvedOwnerKey{}, token), nil
 }
 
 func validToken(token string) bool {

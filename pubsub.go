@@ -2,7 +2,6 @@ package relock
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -384,17 +383,7 @@ func (c *Client) acquire(ctx context.Context, op acquireOp) (bool, error) {
 		attempts++
 		return op.try(ctx)
 	})
-	var o outcome
-	switch {
-	case ok:
-		o = outcomeAcquired
-	case err == nil:
-		o = outcomeTimeout
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		o = outcomeCanceled
-	default:
-		o = outcomeError
-	}
+	o := acquireOutcome(ok, err)
 	wait := time.Since(start)
 	c.tel.acquired(ctx, op.kind, o, wait)
 	endSpan(span, o, err, AttrAttempts.Int(attempts), AttrWaitMS.Float64(millis(wait)))

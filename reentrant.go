@@ -292,6 +292,15 @@ func (r *reentrant) fencingToken(ctx context.Context) (uint64, error) {
 	return token, nil
 }
 
+// expiry returns when the owner's hold expires unless renewed, and the hold's TTL, if it is held.
+func (r *reentrant) expiry(ctx context.Context) (time.Time, time.Duration, bool) {
+	field, err := r.prepareField(ctx)
+	if err != nil {
+		return time.Time{}, 0, false
+	}
+	return r.c.watchdog.expiry(holdKey{key: r.name, field: field})
+}
+
 func (r *reentrant) isLocked(ctx context.Context) (bool, error) {
 	if err := r.check(ctx); err != nil {
 		return false, r.fail("islocked", err)

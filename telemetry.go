@@ -27,7 +27,7 @@ const instrumentationName = "github.com/relock-go/relock"
 // has the hold).
 const (
 	AttrLockName = attribute.Key("relock.lock.name")     // the lock's name
-	AttrLockKind = attribute.Key("relock.lock.kind")     // "rlock", "fair", "read", "write"
+	AttrLockKind = attribute.Key("relock.lock.kind")     // "rlock", "fair", "read", "write", "multi", "redlock"
 	AttrOutcome  = attribute.Key("relock.outcome")       // how the operation ended (below)
 	AttrAttempts = attribute.Key("relock.attempts")      // acquisition attempts (script runs) in one acquire
 	AttrWaitMS   = attribute.Key("relock.wait_ms")       // time spent acquiring, in milliseconds
@@ -45,6 +45,8 @@ const (
 	kindFair
 	kindRead
 	kindWrite
+	kindMulti
+	kindRedLock
 	numKinds
 )
 
@@ -58,6 +60,10 @@ func (k lockKind) String() string {
 		return "read"
 	case kindWrite:
 		return "write"
+	case kindMulti:
+		return "multi"
+	case kindRedLock:
+		return "redlock"
 	}
 	return "unknown"
 }

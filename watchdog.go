@@ -72,11 +72,12 @@ type hold struct {
 	kind       lockKind
 	name       string
 	count      int64
-	renew      renewal   // renew.script is nil for a lease hold
-	expiresAt  time.Time // Redis drops the hold at this time or later, unless it is renewed
-	next       time.Time // when the watchdog next acts: a renewal falls due, or the lease ends
-	index      int       // position in the watchdog's queue; -1 when not queued
-	inflight   bool      // a renewal of it is under way
+	renew      renewal       // renew.script is nil for a lease hold
+	expiresAt  time.Time     // Redis drops the hold at this time or later, unless it is renewed
+	ttl        time.Duration // the longest lease (or watchdog timeout) its acquisitions asked for
+	next       time.Time     // when the watchdog next acts: a renewal falls due, or the lease ends
+	index      int           // position in the watchdog's queue; -1 when not queued
+	inflight   bool          // a renewal of it is under way
 	token      uint64
 	acquiredAt time.Time // zero for a placeholder made by settle
 	renewals   int
@@ -166,11 +167,13 @@ func (w *watchdog) acquired(k holdKey, a acquisition) {
 	if a.token != 0 {
 		h.token = a.token
 	}
-	expires := a.sentAt.Add(a.lease)
+	ttl := a.lease
 	if a.lease == 0 {
 		h.renew = a.renew
-		expires = a.sentAt.Add(w.timeout)
+		ttl = w.timeout
 	}
+	h.ttl = max(h.ttl, ttl)
+	expires := a.sentAt.Add(ttl)
 	if expires.After(h.expiresAt) {
 		h.expiresAt = expires
 	}
@@ -292,6 +295,16 @@ func (w *watchdog) token(k holdKey) (uint64, bool) {
 		return h.token, true
 	}
 	return 0, false
+}
+
+// expiry returns when the hold k expires unless renewed, and its TTL, if it is held.
+func (w *watchdog) expiry(k holdKey) (time.Time, time.Duration, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.holds[k]; h != nil && h.count > 0 && !h.ended && !h.keepAlive {
+		return h.expiresAt, h.ttl, true
+	}
+	return time.Time{}, 0, false
 }
 
 // count returns the hold count known for k.

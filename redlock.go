@@ -1,0 +1,307 @@
+package relock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// ErrNoQuorum means a RedLock could not reach a majority of its nodes: too many of them failed with
+// errors (unreachable, stalled past the node timeout) rather than being held by another owner.
+var ErrNoQuorum = errors.New("relock: no quorum of redlock nodes")
+
+// RedLockOptions configures a RedLock. The zero value, and a nil *RedLockOptions, are valid.
+type RedLockOptions struct {
+	// NodeTimeout bounds each node's part of an attempt, so that a dead or stalled node costs this much,
+	// not the caller's wait. Zero means TTL/20, within [10 ms, 500 ms], where TTL is the lease or, without
+	// one, the parts' watchdog timeout.
+	NodeTimeout time.Duration
+
+	// Drift is the clock drift the validity of a hold allows for. Zero means TTL/100 + 2 ms.
+	Drift time.Duration
+
+	// RetryDelay bounds the random delay between two attempts. Zero means 100 ms.
+	RetryDelay time.Duration
+}
+
+// RedLock is the Redlock algorithm over N independent Redis masters: a lock held when a majority (N/2+1)
+// of its parts are, each part a lock on its own Client and server (usually RLocks of the same name).
+//
+// An attempt starts all N acquisitions together, each bounded by NodeTimeout; it stops early once more
+// than N-(N/2+1) nodes failed. It succeeds when a majority acquired and the time it took is less than the
+// TTL; the hold is then valid for TTL - elapsed - drift (Validity, on the monotonic clock). A failed attempt
+// releases the lock on every node, those that reported failure included (their reply may have been lost),
+// and the next attempt follows a random delay. Without a lease each part is renewed by its Client's
+// watchdog, so extensions go to every node; the hold is lost (HoldContext cancelled with ErrLockLost) when
+// fewer than a majority of parts are still held. Reentrancy is as for the parts.
+//
+// RedLock has no fencing token. Each node's counter is its own, and a majority of independent counters
+// does not give one increasing sequence: two holders in turn may see the same or a smaller value on the
+// nodes they reached. (See Kleppmann's critique of Redlock.) Where correctness must survive pauses and
+// clock jumps, use a fenced lock on one Redis whose durability you trust (WithFencing), or a consensus
+// system's revision (etcd, ZooKeeper), and have the storage check it.
+type RedLock struct {
+	parts  []Lockable
+	quorum int
+	opts   RedLockOptions
+	name   string
+}
+
+// NewRedLock returns the lock held when a majority of parts are. Each part should live on its own,
+// independent Redis master; with no parts, or a nil part, every method returns ErrInvalidOptions or
+// ErrNilClient.
+func NewRedLock(parts []Lockable, opts *RedLockOptions) *RedLock {
+	r := &RedLock{parts: parts, quorum: len(parts)/2 + 1, name: partNames(parts)}
+	if opts != nil {
+		r.opts = *opts
+	}
+	return r
+}
+
+// ttl is how long an acquisition with this lease lives on the parts: the lease, or the shortest watchdog
+// timeout among the parts' Clients.
+func (r *RedLock) ttl(lease time.Duration) time.Duration {
+	if lease > 0 {
+		return roundUpToMillis(lease)
+	}
+	ttl := time.Duration(0)
+	for _, p := range r.parts {
+		if t := p.core().c.watchdogTimeout; ttl == 0 || t < ttl {
+			ttl = t
+		}
+	}
+	return ttl
+}
+
+func (r *RedLock) nodeTimeout(ttl time.Duration) time.Duration {
+	if r.opts.NodeTimeout > 0 {
+		return r.opts.NodeTimeout
+	}
+	return min(max(ttl/20, 10*time.Millisecond), 500*time.Millisecond)
+}
+
+func (r *RedLock) drift(ttl time.Duration) time.Duration {
+	if r.opts.Drift > 0 {
+		return r.opts.Drift
+	}
+	return ttl/100 + 2*time.Millisecond
+}
+
+// Lock acquires the lock on a majority of nodes for the owner of ctx, trying again after random delays as
+// long as ctx allows. Without a lease the parts are kept alive by their watchdogs until Unlock.
+func (r *RedLock) Lock(ctx context.Context) error {
+	_, err := r.tryLock(ctx, "lock", -1, 0)
+	return err
+}
+
+// LockWithLease is Lock with a lease: the hold is valid for at most lease (see Validity). lease must be
+// positive (ErrInvalidDuration otherwise).
+func (r *RedLock) LockWithLease(ctx context.Context, lease time.Duration) error {
+	if lease <= 0 {
+		return wrapErr("lock", r.name, ErrInvalidDuration)
+	}
+	_, err := r.tryLock(ctx, "lock", -1, lease)
+	return err
+}
+
+// TryLock tries to acquire the lock on a majority of nodes, attempting again after random delays for up
+// to wait (0: one attempt); lease as for RLock.TryLock. It reports false, with a nil error, when other
+// owners kept it from a majority until wait ran out, and an error matching ErrNoQuorum when nodes failed
+// too (unreachable, stalled).
+func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if wait < 0 || lease < 0 {
+		return false, wrapErr("trylock", r.name, ErrInvalidDuration)
+	}
+	return r.tryLock(ctx, "trylock", wait, lease)
+}
+
+func (r *RedLock) tryLock(ctx context.Context, op string, wait, lease time.Duration) (bool, error) {
+	ctx, err := checkParts(ctx, r.parts)
+	if err != nil {
+		return false, wrapErr(op, r.name, err)
+	}
+	tel, start := r.parts[0].core().c.tel, time.Now()
+	ctx, span := tel.startSpan(ctx, "relock.acquire", kindRedLock, r.name)
+	var lastNodeErr error
+	delay := func(int) time.Duration { return rand.N(r.retryDelay()) }
+	ok, rounds, err := retryRounds(ctx, wait, delay, func(ctx context.Context) (bool, error) {
+		ok, nodeErr, err := r.round(ctx, lease)
+		lastNodeErr = nodeErr
+		if nodeErr != nil && wait < 0 { // Lock waits for other owners, not for nodes to come back
+			return false, fmt.Errorf("%w: %w", ErrNoQuorum, nodeErr)
+		}
+		return ok, err
+	})
+	if !ok && err == nil && lastNodeErr != nil {
+		err = fmt.Errorf("%w: %w", ErrNoQuorum, lastNodeErr)
+	}
+	o := acquireOutcome(ok, err)
+	tel.acquired(ctx, kindRedLock, o, time.Since(start))
+	endSpan(span, o, err, AttrAttempts.Int(rounds), AttrWaitMS.Float64(millis(time.Since(start))))
+	if err != nil {
+		return false, wrapErr(op, r.name, err)
+	}
+	return ok, nil
+}
+
+func (r *RedLock) retryDelay() time.Duration {
+	if r.opts.RetryDelay > 0 {
+		return r.opts.RetryDelay
+	}
+	return retryDelayMax
+}
+
+// round is one attempt of the algorithm. nodeErr reports the errors of nodes that failed, when they cost
+// the majority (rather than other owners holding the lock); err is the caller's context ending, or an
+// error no retry can mend.
+func (r *RedLock) round(ctx context.Context, lease time.Duration) (ok bool, nodeErr, err error) {
+	ttl := r.ttl(lease)
+	n, limit := len(r.parts), len(r.parts)-r.quorum
+	start := time.Now()
+	roundCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	got := make([]bool, n)
+	errs := make([]error, n)
+	var failed atomic.Int32
+	fanOut(r.parts, func(i int, p Lockable) {
+		nodeCtx, cancel := context.WithTimeout(roundCtx, r.nodeTimeout(ttl))
+		defer cancel()
+		got[i], errs[i] = p.TryLock(nodeCtx, 0, lease)
+		if !got[i] && int(failed.Add(1)) > limit {
+			stop() // a majority is out of reach: do not wait for the rest
+		}
+	})
+	elapsed := time.Since(start)
+	acquired := 0
+	var nodeErrs []error
+	for i, g := range got {
+		switch {
+		case g:
+			acquired++
+		case errs[i] == nil, roundCtx.Err() != nil && ctx.Err() == nil && errors.Is(errs[i], context.Canceled):
+			// held by another owner, or stopped early by this round
+		case permanent(errs[i]):
+			releaseParts(ctx, r.parts, nil, r.nodeTimeout(ttl))
+			return false, nil, errs[i]
+		default:
+			nodeErrs = append(nodeErrs, errs[i])
+		}
+	}
+	if acquired >= r.quorum && ttl-elapsed-r.drift(ttl) > 0 {
+		return true, nil, nil
+	}
+	// Release everywhere, failed nodes too: an acquisition whose reply was lost may have taken one.
+	releaseParts(ctx, r.parts, nil, r.nodeTimeout(ttl))
+	if ctx.Err() != nil {
+		return false, nil, ctx.Err()
+	}
+	if len(nodeErrs) > limit {
+		return false, errors.Join(nodeErrs...), nil
+	}
+	return false, nil, nil
+}
+
+// permanent reports whether err is one that trying again cannot mend.
+func permanent(err error) bool {
+	for _, e := range []error{ErrUpgrade, ErrInvalidOwner, ErrInvalidName, ErrInvalidDuration, ErrClosed, ErrNilClient} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// Unlock releases the owner's hold on every node, in parallel, each within the node timeout. It returns
+// ErrNotHeld when no node had it, nil when a majority released it or every other node did not have it,
+// and otherwise the errors of the nodes that failed (errors.Join); a node that did not answer completes
+// the release in the background (see RLock.Unlock), or drops the hold when it expires.
+func (r *RedLock) Unlock(ctx context.Context) error {
+	ctx, err := checkParts(ctx, r.parts)
+	if err != nil {
+		return wrapErr("unlock", r.name, err)
+	}
+	errs := make([]error, len(r.parts))
+	fanOut(r.parts, func(i int, p Lockable) {
+		nodeCtx, cancel := context.WithTimeout(ctx, r.nodeTimeout(r.ttl(0))) // a stalled node must not hold up the rest
+		defer cancel()
+		errs[i] = p.Unlock(nodeCtx)
+	})
+	released, notHeld := 0, 0
+	var failures []error
+	for _, e := range errs {
+		switch {
+		case e == nil:
+			released++
+		case errors.Is(e, ErrNotHeld):
+			notHeld++
+		default:
+			failures = append(failures, e)
+		}
+	}
+	switch {
+	case released == 0 && len(failures) == 0:
+		return wrapErr("unlock", r.name, ErrNotHeld)
+	case released >= r.quorum || len(failures) == 0:
+		return nil
+	}
+	return errors.Join(failures...)
+}
+
+// HoldContext returns a context, derived from ctx, for the owner's hold. It is cancelled with a cause
+// matching ErrLockLost when fewer than a majority of the parts are still held (the others lost: their
+// node died, restarted or stalled past the hold's expiry), and with context.Canceled when the owner
+// unlocks. It returns ErrNotHeld unless the owner holds a majority of the parts.
+func (r *RedLock) HoldContext(ctx context.Context) (context.Context, error) {
+	ctx, err := checkParts(ctx, r.parts)
+	if err != nil {
+		return nil, wrapErr("holdcontext", r.name, err)
+	}
+	var held []context.Context
+	for _, p := range r.parts {
+		if h, err := p.HoldContext(ctx); err == nil {
+			held = append(held, h)
+		}
+	}
+	if len(held) < r.quorum {
+		return nil, wrapErr("holdcontext", r.name, ErrNotHeld)
+	}
+	return watchParts(ctx, held, func(lost int, cause error) error {
+		switch {
+		case !errors.Is(cause, ErrLockLost):
+			return cause // released, or ctx ended
+		case len(held)-lost < r.quorum:
+			return fmt.Errorf("%w: held on fewer than %d of %d nodes (%w)", ErrLockLost, r.quorum, len(r.parts), cause)
+		}
+		return nil
+	}), nil
+}
+
+// Validity returns how much longer the owner's hold is sure to last: the time until all but a minority of
+// the parts could have expired (the majority-th latest expiry, measured from when each acquisition or
+// renewal was sent), less the drift. It returns ErrNotHeld unless the owner holds a majority of the parts.
+// Without a lease, renewals keep extending it.
+func (r *RedLock) Validity(ctx context.Context) (time.Duration, error) {
+	ctx, err := checkParts(ctx, r.parts)
+	if err != nil {
+		return 0, wrapErr("validity", r.name, err)
+	}
+	var expiries []time.Time
+	ttl := time.Duration(0)
+	for _, p := range r.parts {
+		if at, holdTTL, ok := p.core().expiry(ctx); ok {
+			expiries = append(expiries, at)
+			ttl = max(ttl, holdTTL)
+		}
+	}
+	if len(expiries) < r.quorum {
+		return 0, wrapErr("validity", r.name, ErrNotHeld)
+	}
+	slices.SortFunc(expiries, func(a, b time.Time) int { return b.Compare(a) })
+	return max(time.Until(expiries[r.quorum-1])-r.drift(ttl), 0), nil
+}
+
+var _ Locker = (*RedLock)(nil)
