@@ -178,3 +178,50 @@ func ExampleWithFencing() {
 	// later holder's write: <nil>
 	// earlier holder's late write: rejected: stale fencing token
 }
+
+// A MultiLock holds several locks as one: here a transfer locks both accounts, whatever order other
+// transfers name them in, without deadlocking.
+func ExampleNewMultiLock() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+
+	transfer := relock.NewMultiLock(c.Lock("example:account:alice"), c.Lock("example:account:bob"))
+	if err := transfer.Lock(ctx); err != nil {
+		panic(err)
+	}
+	aliceLocked, _ := c.Lock("example:account:alice").IsLocked(ctx)
+	bobLocked, _ := c.Lock("example:account:bob").IsLocked(ctx)
+	fmt.Println("both locked:", aliceLocked && bobLocked)
+	fmt.Println("unlock:", transfer.Unlock(ctx))
+	// Output:
+	// both locked: true
+	// unlock: <nil>
+}
+
+// A read-write lock lets readers share and a writer exclude everyone; WithWriterPriority keeps a stream of
+// readers from starving writers.
+func ExampleClient_ReadWriteLock() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	rw := c.ReadWriteLock("example:config", relock.WithWriterPriority())
+
+	_ = rw.ReadLock().Lock(ctx)
+	other := relock.WithOwner(ctx, "another-reader")
+	ok, _ := rw.ReadLock().TryLock(other, 0, 0)
+	fmt.Println("second reader:", ok)
+	writer := relock.WithOwner(ctx, "writer")
+	ok, _ = rw.WriteLock().TryLock(writer, 0, 0)
+	fmt.Println("writer while reading:", ok)
+
+	_ = rw.ReadLock().Unlock(ctx)
+	_ = rw.ReadLock().Unlock(other)
+	ok, _ = rw.WriteLock().TryLock(writer, 0, 0)
+	fmt.Println("writer after readers left:", ok)
+	_ = rw.WriteLock().Unlock(writer)
+	// Output:
+	// second reader: true
+	// writer while reading: false
+	// writer after readers left: true
+}
