@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -275,4 +276,190 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Cluster is a local Redis Cluster: masters with replicas, each a Server on its own loopback port.
+type Cluster struct {
+	// Servers are every node, masters and replicas; which is which changes on failover.
+	Servers []*Server
+}
+
+// StartCluster starts a cluster of masters masters with replicas replicas each, for tb, and stops it when
+// tb ends. Nodes use a 1 s cluster-node-timeout, so a killed master's replica takes over in a few seconds.
+// It waits until every node reports cluster_state:ok.
+func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
+	tb.Helper()
+	c := &Cluster{}
+	for i := 0; i < masters*(1+replicas); i++ {
+		c.Servers = append(c.Servers, Start(tb, "--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
+			"--cluster-config-file", "nodes-"+strconv.Itoa(i)+".conf", "--cluster-require-full-coverage", "no",
+			// Replicas sync at once, and may take over however old their data: tests kill masters early.
+			"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0"))
+	}
+	args := []string{"--cluster", "create"}
+	for _, s := range c.Servers {
+		args = append(args, s.Addr())
+	}
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	if err := c.WaitOK(30 * time.Second); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	if err := c.waitReplicasSynced(30 * time.Second); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	return c
+}
+
+// waitReplicasSynced waits until every replica's link to its master is up.
+func (c *Cluster) waitReplicasSynced(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, s := range c.Servers {
+		for {
+			info, err := command(s.Addr(), "INFO", "replication")
+			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("replica %s not in sync within %v", s.Addr(), timeout)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// Addrs returns the address of every node: a cluster client can start from any of them.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, 0, len(c.Servers))
+	for _, s := range c.Servers {
+		if s.Running() {
+			addrs = append(addrs, s.Addr())
+		}
+	}
+	return addrs
+}
+
+// WaitOK waits until every running node reports cluster_state:ok and agrees on the slots' owners.
+func (c *Cluster) WaitOK(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok := true
+		for _, s := range c.Servers {
+			if !s.Running() {
+				continue
+			}
+			info, err := command(s.Addr(), "CLUSTER", "INFO")
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster not ok within %v", timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitMasterOf waits until a running master serves key (after a failover: until a replica took over).
+func (c *Cluster) WaitMasterOf(key string, timeout time.Duration) (*Server, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		m, err := c.MasterOf(key)
+		if err == nil {
+			return m, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// MasterOf returns the running master that serves key, by asking a node (CLUSTER KEYSLOT, CLUSTER NODES).
+func (c *Cluster) MasterOf(key string) (*Server, error) {
+	for _, s := range c.Servers {
+		if !s.Running() {
+			continue
+		}
+		slotText, err := command(s.Addr(), "CLUSTER", "KEYSLOT", key)
+		if err != nil {
+			continue
+		}
+		slot, _ := strconv.Atoi(strings.TrimSpace(slotText))
+		nodes, err := command(s.Addr(), "CLUSTER", "NODES")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(nodes, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 9 || !strings.Contains(f[2], "master") || strings.Contains(f[2], "fail") {
+				continue
+			}
+			for _, r := range f[8:] {
+				lo, hi, found := strings.Cut(r, "-")
+				if !found {
+					hi = lo
+				}
+				l, _ := strconv.Atoi(lo)
+				h, _ := strconv.Atoi(hi)
+				if slot >= l && slot <= h {
+					addr, _, _ := strings.Cut(f[1], "@")
+					for _, m := range c.Servers {
+						if m.Addr() == addr && m.Running() {
+							return m, nil
+						}
+					}
+				}
+			}
+		}
+	}
+	return nil, errors.New("redistest: no master found for " + key)
+}
+
+// command sends one command in RESP and returns its reply as text (bulk and simple strings, integers;
+// arrays are not needed here).
+func command(addr string, args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "$"):
+		n, _ := strconv.Atoi(line[1:])
+		if n < 0 {
+			return "", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	case strings.HasPrefix(line, "-"):
+		return "", errors.New(line[1:])
+	}
+	return strings.TrimLeft(line, "+:"), nil
 }

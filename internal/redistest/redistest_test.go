@@ -89,3 +89,20 @@ func TestExtraArgsReachTheServer(t *testing.T) {
 		t.Fatalf("CONFIG GET maxmemory = %q, want 10485760", buf[:n])
 	}
 }
+
+func TestClusterStartsAndFailsOver(t *testing.T) {
+	c := StartCluster(t, 3, 1)
+	m, err := c.MasterOf("some-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	m2, err := c.WaitMasterOf("some-key", 20*time.Second)
+	if err != nil || m2 == m {
+		t.Fatalf("no new master for the key: %v", err)
+	}
+	t.Logf("failover took %v", time.Since(start))
+}
