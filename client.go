@@ -76,6 +76,9 @@ type Client struct {
 
 	watchdogTimeout    time.Duration
 	watchdogTimeoutArg string // watchdogTimeout in milliseconds, as scripts take it
+	// publish is how scripts announce releases: "spublish" (sharded pub/sub, the channel's own shard) on a
+	// cluster, "publish" otherwise; the hub subscribes to match.
+	publish string
 
 	watchdog *watchdog
 	hub      *hub
@@ -162,8 +165,12 @@ func newClient(rdb rueidis.Client, borrowed bool, o Options) (*Client, error) {
 		id:                 uuid.NewString(),
 		watchdogTimeout:    o.WatchdogTimeout,
 		watchdogTimeoutArg: fmtMillis(o.WatchdogTimeout),
+		publish:            "publish",
 		life:               life,
 		end:                end,
+	}
+	if rdb.Mode() == rueidis.ClientModeCluster {
+		c.publish = "spublish"
 	}
 	c.watchdog = newWatchdog(c, o.WatchdogTimeout)
 	if c.tel, err = newTelemetry(tp, mp, c.watchdog.heldByKind); err != nil {

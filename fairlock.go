@@ -34,8 +34,7 @@ type FairLock struct {
 func (c *Client) FairLock(name string, opts ...LockOption) *FairLock {
 	l := &FairLock{r: newReentrant(c, kindFair, name, opts)}
 	r := &l.r
-	tag := "{" + name + "}"
-	queue, deadlines := "redisson_lock_queue:"+tag, "redisson_lock_timeout:"+tag
+	queue, deadlines := companion("redisson_lock_queue", name), companion("redisson_lock_timeout", name)
 	r.waiters = &waitQueue{c: c, entries: deadlines, leave: scriptFairLeave, message: unlockMessage,
 		leaveKeys: []string{name, queue, deadlines, r.channel}}
 	r.ownerChannels = true

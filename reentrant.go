@@ -64,6 +64,9 @@ type reentrant struct {
 	extraArgs                                              func(owner string) []string
 	waiters                                                *waitQueue // queued waiters (FairLock, writer priority)
 	ownerChannels                                          bool       // each waiter listens on channel:<owner>
+	// trailing args end the acquire, release and force-release arguments (a read-write lock's tag);
+	// renewArgs, if set, are the renewal script's per-hold args after the owner field.
+	trailing, renewArgs []string
 }
 
 func newReentrant(c *Client, kind lockKind, name string, opts []LockOption) reentrant {
@@ -72,14 +75,14 @@ func newReentrant(c *Client, kind lockKind, name string, opts []LockOption) reen
 		opt(&o)
 	}
 	return reentrant{c: c, kind: kind, name: name, fenced: o.fenced, writerPriority: o.writerPriority,
-		channel: "redisson_lock__channel:{" + name + "}", renewScript: scriptRenew, releaseMessage: unlockMessage}
+		channel: companion("redisson_lock__channel", name), renewScript: scriptRenew, releaseMessage: unlockMessage}
 }
 
 // tokenKey is the fencing counter's key.
-func (r *reentrant) tokenKey() string { return "redisson_lock_token:{" + r.name + "}" }
+func (r *reentrant) tokenKey() string { return companion("redisson_lock_token", r.name) }
 
 // recordKey is the release record's key (see lua/rlock_release.lua).
-func (r *reentrant) recordKey() string { return "relock_release:{" + r.name + "}" }
+func (r *reentrant) recordKey() string { return companion("relock_release", r.name) }
 
 func (r *reentrant) tryLock(ctx context.Context, op string, wait, lease time.Duration) (bool, error) {
 	field, err := r.prepare(ctx)
@@ -102,6 +105,7 @@ func (r *reentrant) tryLock(ctx context.Context, op string, wait, lease time.Dur
 	if r.waiters != nil {
 		args = r.waiters.acquireArgs(args, wait != 0)
 	}
+	args = append(args, r.trailing...)
 	channel := r.channel
 	if r.ownerChannels {
 		channel += ":" + field
@@ -147,7 +151,7 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 	case 1:
 		r.c.watchdog.acquired(k, acquisition{
 			kind: r.kind, name: r.name, count: reply[1], lease: lease, sentAt: sentAt,
-			renew: renewal{script: r.renewScript, keys: r.acquireKeys[:1], args: args[1:2]}, // args[1] is the field
+			renew: renewal{script: r.renewScript, keys: r.acquireKeys[:1], args: r.renewalArgs(args)},
 			token: uint64(reply[2]), parent: parent, traced: trace.SpanFromContext(ctx).IsRecording(),
 		})
 		return true, 0, nil
@@ -171,7 +175,7 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 // is done, the same owner's next operation on this lock waits.
 func (r *reentrant) undoAcquire(k holdKey, ttl time.Duration) {
 	prior, done := r.c.watchdog.settle(k)
-	args := []string{k.field, r.releaseMessage, strconv.FormatInt(prior+1, 10), ""}
+	args := append([]string{k.field, r.releaseMessage, strconv.FormatInt(prior+1, 10), "", r.c.publish}, r.trailing...)
 	ran := r.c.goBackground(func(life context.Context) {
 		left := r.c.retryUnknown(life, time.Now().Add(ttl), func(ctx context.Context) (int64, error) {
 			return r.c.run(ctx, r.releaseScript, r.releaseKeys, args).AsInt64()
@@ -223,9 +227,17 @@ func (r *reentrant) unlock(ctx context.Context) error {
 	return nil
 }
 
+// renewalArgs are the renewal script's args for the hold acquired with args (args[1] is the owner field).
+func (r *reentrant) renewalArgs(args []string) []string {
+	if r.renewArgs == nil {
+		return args[1:2]
+	}
+	return append([]string{args[1]}, r.renewArgs...)
+}
+
 // releaseArgs are the arguments of one release request, with a fresh request id.
 func (r *reentrant) releaseArgs(field string) []string {
-	return []string{field, r.releaseMessage, "", strconv.FormatUint(rand.Uint64(), 36)}
+	return append([]string{field, r.releaseMessage, "", strconv.FormatUint(rand.Uint64(), 36), r.c.publish}, r.trailing...)
 }
 
 // release sends one release request; sending the same args again never releases twice.
@@ -252,7 +264,7 @@ func (r *reentrant) forceUnlock(ctx context.Context) (bool, error) {
 		return false, r.fail("forceunlock", err)
 	}
 	ctx, span := r.c.tel.startSpan(ctx, "relock.force_unlock", r.kind, r.name)
-	n, err := r.c.run(ctx, r.forceScript, r.releaseKeys, []string{r.releaseMessage}).AsInt64()
+	n, err := r.c.run(ctx, r.forceScript, r.releaseKeys, append([]string{r.releaseMessage, r.c.publish}, r.trailing...)).AsInt64()
 	if err != nil {
 		endSpan(span, outcomeError, err)
 		return false, r.fail("forceunlock", err)
@@ -369,7 +381,7 @@ func (r *reentrant) check(ctx context.Context) error {
 	if err := r.c.check(); err != nil {
 		return err
 	}
-	if r.name == "" {
+	if !validName(r.name) {
 		return ErrInvalidName
 	}
 	return ctx.Err()

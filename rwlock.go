@@ -54,8 +54,12 @@ func WithWriterPriority() LockOption {
 // name makes every method return ErrInvalidName. A nil Client gives locks whose methods return
 // ErrNilClient. WithFencing applies to the write lock; WithWriterPriority to writers.
 func (c *Client) ReadWriteLock(name string, opts ...LockOption) *ReadWriteLock {
-	tag := "{" + name + "}"
-	channel, writers, record := "redisson_rwlock:"+tag, "relock_rwlock_writers:"+tag, "relock_rwlock_release:"+tag
+	channel, writers, record := companion("redisson_rwlock", name), companion("relock_rwlock_writers", name), companion("relock_rwlock_release", name)
+	// The read-hold keys start with the lock's tag, which every script that forms them is given.
+	var tag []string
+	if validName(name) {
+		tag = []string{nameTag(name)}
+	}
 
 	read := &ReadLock{r: newReentrant(c, kindRead, name, opts)}
 	r := &read.r
@@ -64,6 +68,7 @@ func (c *Client) ReadWriteLock(name string, opts ...LockOption) *ReadWriteLock {
 	r.acquireKeys = []string{name, writers}
 	r.releaseKeys = []string{name, channel, record}
 	r.extraArgs = func(owner string) []string { return []string{owner + writerSuffix} }
+	r.trailing, r.renewArgs = tag, tag
 
 	write := &WriteLock{r: newReentrant(c, kindWrite, name, opts)}
 	w := &write.r
@@ -74,6 +79,7 @@ func (c *Client) ReadWriteLock(name string, opts ...LockOption) *ReadWriteLock {
 		w.acquireKeys = append(w.acquireKeys, w.tokenKey())
 	}
 	w.releaseKeys = []string{name, channel, record}
+	w.trailing = tag
 	if w.writerPriority {
 		w.waiters = &waitQueue{c: c, entries: writers, leave: scriptRWWriteLeave, message: readUnlockMessage,
 			leaveKeys: []string{writers, channel}}

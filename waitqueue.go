@@ -13,7 +13,7 @@ import (
 type waitQueue struct {
 	c         *Client
 	entries   string   // the sorted set's key
-	leave     *script  // removes an owner's entry: ARGV = [owner field, message]
+	leave     *script  // removes an owner's entry: ARGV = [owner field, message, publish command]
 	leaveKeys []string // the leave script's keys
 	message   string   // what the leave script publishes to whoever it wakes
 }
@@ -53,7 +53,7 @@ func (q *waitQueue) done(k holdKey, acquired bool) {
 		return
 	}
 	_, settled := q.c.watchdog.settle(ek)
-	args := []string{k.field, q.message}
+	args := []string{k.field, q.message, q.c.publish}
 	ran := q.c.goBackground(func(life context.Context) {
 		q.c.retryUnknown(life, time.Now().Add(q.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
 			return q.c.run(ctx, q.leave, q.leaveKeys, args).AsInt64()

@@ -6,6 +6,7 @@
 -- KEYS[4]  the channel prefix, redisson_lock__channel:{<name>}
 -- KEYS[5]  the release record
 -- ARGV[1]  the unlock message
+-- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 --
 -- Returns 1 when a lock was deleted, 0 when there was none. The queue is kept: its waiters go on in order.
 local deleted = redis.call('del', KEYS[1])
@@ -19,7 +20,7 @@ while true do
   end
   local alive = tonumber(redis.call('zscore', KEYS[3], head))
   if alive and alive > now then
-    redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+    redis.call(ARGV[2], KEYS[4] .. ':' .. head, ARGV[1])
     break
   end
   redis.call('lpop', KEYS[2])

@@ -8,6 +8,7 @@
 -- KEYS[4]  the channel prefix, redisson_lock__channel:{<name>}
 -- ARGV[1]  the owner field
 -- ARGV[2]  the unlock message ("0")
+-- ARGV[3]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 --
 -- Returns 1 when the owner had an entry, 0 when it had none. The other waiters keep their order.
 local wasHead = redis.call('lindex', KEYS[2], 0) == ARGV[1]
@@ -23,7 +24,7 @@ if wasHead and redis.call('exists', KEYS[1]) == 0 then
     end
     local alive = tonumber(redis.call('zscore', KEYS[3], head))
     if alive and alive > now then
-      redis.call('publish', KEYS[4] .. ':' .. head, ARGV[2])
+      redis.call(ARGV[3], KEYS[4] .. ':' .. head, ARGV[2])
       break
     end
     redis.call('lpop', KEYS[2])

@@ -10,6 +10,7 @@
 -- ARGV[2]  the unlock message ("0")
 -- ARGV[3]  '' or the hold count the owner must have (the undo of an acquisition whose reply was lost)
 -- ARGV[4]  '' or the request id (see rlock_release.lua)
+-- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 --
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
 --         the owner's remaining hold count otherwise; 0 means the lock was deleted and the head woken.
@@ -47,7 +48,7 @@ while true do
   end
   local alive = tonumber(redis.call('zscore', KEYS[3], head))
   if alive and alive > now then
-    redis.call('publish', KEYS[4] .. ':' .. head, ARGV[2])
+    redis.call(ARGV[5], KEYS[4] .. ':' .. head, ARGV[2])
     break
   end
   redis.call('lpop', KEYS[2])

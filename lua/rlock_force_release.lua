@@ -4,12 +4,13 @@
 -- KEYS[2]  the release channel
 -- KEYS[3]  the lock's release record (see rlock_release.lua), deleted with it
 -- ARGV[1]  the unlock message
+-- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 --
 -- Returns 1 when a lock was deleted, 0 when there was none (nothing is published then). The fencing token
 -- counter is kept: tokens go on increasing.
 if redis.call('del', KEYS[1]) == 1 then
   redis.call('del', KEYS[3])
-  redis.call('publish', KEYS[2], ARGV[1])
+  redis.call(ARGV[2], KEYS[2], ARGV[1])
   return 1
 end
 return 0

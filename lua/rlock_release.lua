@@ -12,6 +12,7 @@
 -- ARGV[4]  '' or the request id. A request is sent again when its reply was lost; if it was applied and
 --          left the owner holding, the record names it and it is not applied twice. (If it released the
 --          last hold, the owner holds nothing and a repeat changes nothing either.)
+-- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 --
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
 --         the owner's remaining hold count otherwise (for a repeated request, the current count, unchanged);
@@ -40,5 +41,5 @@ if count > 0 then
   return count
 end
 redis.call('del', KEYS[1], KEYS[3])
-redis.call('publish', KEYS[2], ARGV[2])
+redis.call(ARGV[5], KEYS[2], ARGV[2])
 return 0

@@ -5,6 +5,8 @@
 -- KEYS[2]  the channel, redisson_rwlock:{<name>}
 -- KEYS[3]  the release record
 -- ARGV[1]  the message ("1": wakes every waiter)
+-- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
+-- ARGV[3]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
 --
 -- Returns 1 when a lock was deleted, 0 when there was none.
 if redis.call('exists', KEYS[1]) == 0 then
@@ -14,10 +16,10 @@ for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
   if field ~= 'mode' then
     local n = tonumber(redis.call('hget', KEYS[1], field)) or 0
     for i = 1, n do
-      redis.call('del', '{' .. KEYS[1] .. '}:' .. field .. ':rwlock_timeout:' .. i)
+      redis.call('del', ARGV[3] .. ':' .. field .. ':rwlock_timeout:' .. i)
     end
   end
 end
 redis.call('del', KEYS[1], KEYS[3])
-redis.call('publish', KEYS[2], ARGV[1])
+redis.call(ARGV[2], KEYS[2], ARGV[1])
 return 1

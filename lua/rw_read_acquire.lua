@@ -2,13 +2,15 @@
 --
 -- KEYS[1]  the lock: a hash with field 'mode' ('read' or 'write'), a field per reader "<owner>" holding its
 --          read count, and the writer's field "<owner>:write" holding its write count. Each read hold
---          level n has its own key {<name>}:<owner>:rwlock_timeout:<n>, which expires on its own: a reader
---          whose Client stops renewing is gone when its keys are, whatever the other readers do.
+--          level n has its own key <tag>:<owner>:rwlock_timeout:<n> (tag: ARGV[4]), which expires on its
+--          own: a reader whose Client stops renewing is gone when its keys are, whatever others do.
 -- KEYS[2]  the waiting writers that asked for priority, relock_rwlock_writers:{<name>}: a sorted set of
 --          owners scored with the time (ms, Redis's clock) until which each counts as alive
 -- ARGV[1]  how long the hold lives, in milliseconds
 -- ARGV[2]  the owner field (the reader's field)
 -- ARGV[3]  the same owner's writer field, "<owner>:write": a writer may take the read lock (downgrade)
+-- ARGV[4]  the lock's tag: "{<name>}" (Redisson's), or "{<t>}:<name>" for a name with hash tag t, so that
+--          the read-hold keys share the lock's slot
 --
 -- Returns {1, readCount, 0} when the owner now holds the read lock (first or reentrant);
 --         {0, wait, 0}      when it must wait: wait (ms) is how long it may sleep before trying again
@@ -17,7 +19,7 @@
 --                           expires when it yields to waiting writers.
 local ttl = tonumber(ARGV[1])
 local owner = ARGV[2]
-local prefix = '{' .. KEYS[1] .. '}:' .. owner .. ':rwlock_timeout:'
+local prefix = ARGV[4] .. ':' .. owner .. ':rwlock_timeout:'
 
 local function hold()
   local n = redis.call('hincrby', KEYS[1], owner, 1)

@@ -9,6 +9,8 @@
 -- ARGV[2]  the message ("0": wakes one waiter per Client, a writer in practice)
 -- ARGV[3]  '' or the read count the owner must have (the undo of an acquisition whose reply was lost)
 -- ARGV[4]  '' or the request id
+-- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
+-- ARGV[6]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
 --
 -- Returns -1 when the owner holds no read lock (or its count is not ARGV[3]): nothing was changed;
 --         the owner's remaining read count otherwise (for a repeated request, the current one).
@@ -23,7 +25,7 @@ end
 if ARGV[4] ~= '' and redis.call('hget', KEYS[3], owner) == ARGV[4] then
   return tonumber(count)
 end
-local prefix = '{' .. KEYS[1] .. '}:'
+local prefix = ARGV[6] .. ':'
 count = redis.call('hincrby', KEYS[1], owner, -1)
 redis.call('del', prefix .. owner .. ':rwlock_timeout:' .. (count + 1))
 if count > 0 then
@@ -57,5 +59,5 @@ for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
   end
 end
 redis.call('del', KEYS[1], KEYS[3])
-redis.call('publish', KEYS[2], ARGV[2])
+redis.call(ARGV[5], KEYS[2], ARGV[2])
 return 0

@@ -8,6 +8,7 @@
 -- ARGV[3]  the owner's reader field, "<owner>"
 -- ARGV[4]  with priority, how long the writer's waiting entry lives unrefreshed (ms); '' without
 -- ARGV[5]  '1' to join the waiting writers (priority, and willing to wait); '0' otherwise
+-- ARGV[6]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
 --
 -- Returns {1, writeCount, token} when the owner now holds the write lock (token: 0 when not fenced);
 --         {0, wait, 0}           when it must wait: wait is the lock's remaining time to live (-1: none);
@@ -39,7 +40,7 @@ if mode == 'read' then
       local n = tonumber(redis.call('hget', KEYS[1], field)) or 0
       local alive = false
       for i = n, 1, -1 do
-        if redis.call('exists', '{' .. KEYS[1] .. '}:' .. field .. ':rwlock_timeout:' .. i) == 1 then
+        if redis.call('exists', ARGV[6] .. ':' .. field .. ':rwlock_timeout:' .. i) == 1 then
           alive = true
           break
         end

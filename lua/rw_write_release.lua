@@ -8,6 +8,7 @@
 -- ARGV[2]  the message ("1", Redisson's READ_UNLOCK_MESSAGE: wakes every waiter)
 -- ARGV[3]  '' or the write count the owner must have (the undo of an acquisition whose reply was lost)
 -- ARGV[4]  '' or the request id
+-- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 --
 -- Returns -1 when the owner does not hold the write lock (or its count is not ARGV[3]): nothing changed;
 --         the owner's remaining write count otherwise (for a repeated request, the current one).
@@ -40,5 +41,5 @@ if redis.call('hlen', KEYS[1]) == 1 then
 else
   redis.call('hset', KEYS[1], 'mode', 'read') -- the writer still reads: others may read too
 end
-redis.call('publish', KEYS[2], ARGV[2])
+redis.call(ARGV[5], KEYS[2], ARGV[2])
 return 0
