@@ -79,6 +79,7 @@ type Client struct {
 	// publish is how scripts announce releases: "spublish" (sharded pub/sub, the channel's own shard) on a
 	// cluster, "publish" otherwise; the hub subscribes to match.
 	publish string
+	cluster bool // rdb is a cluster client
 
 	watchdog *watchdog
 	hub      *hub
@@ -170,7 +171,7 @@ func newClient(rdb rueidis.Client, borrowed bool, o Options) (*Client, error) {
 		end:                end,
 	}
 	if rdb.Mode() == rueidis.ClientModeCluster {
-		c.publish = "spublish"
+		c.publish, c.cluster = "spublish", true
 	}
 	c.watchdog = newWatchdog(c, o.WatchdogTimeout)
 	if c.tel, err = newTelemetry(tp, mp, c.watchdog.heldByKind); err != nil {

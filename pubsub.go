@@ -31,8 +31,9 @@ const (
 // on it, and unsubscribed when the last of them leaves. One goroutine, started at the first wait, owns the
 // connection and sends every SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in the order they were decided.
 type hub struct {
-	rdb  rueidis.Client
-	life context.Context // ends at Client.Close
+	rdb     rueidis.Client
+	life    context.Context // ends at Client.Close
+	sharded bool            // Redis Cluster: sharded pub/sub, one receiver per channel (loopSharded)
 
 	mu      sync.Mutex
 	entries map[string]*entry // by channel
@@ -51,6 +52,12 @@ type entry struct {
 	subscribed bool        // confirmed by Redis on the current connection
 	pending    *subAttempt // the subscription new waiters wait for; nil when subscribed
 	resync     bool        // the connection was lost: wake every waiter once subscribed again
+
+	// Sharded mode only: the current receiver's generation, its stop function (nil when no receiver is
+	// wanted), and whether a receiver of that generation still runs.
+	gen       int
+	stop      context.CancelFunc
+	receiving bool
 }
 
 // subAttempt is one SUBSCRIBE that joiners wait for.
@@ -70,6 +77,7 @@ func newHub(rdb rueidis.Client, life context.Context) *hub {
 	return &hub{
 		rdb:     rdb,
 		life:    life,
+		sharded: rdb.Mode() == rueidis.ClientModeCluster,
 		entries: make(map[string]*entry),
 		dirty:   make(map[string]*entry),
 		kick:    make(chan struct{}, 1),
@@ -207,6 +215,10 @@ func (h *hub) close() {
 // loop owns the subscription connection and brings the subscriptions in Redis in line with the waiters.
 func (h *hub) loop() {
 	defer close(h.stopped)
+	if h.sharded {
+		h.loopSharded()
+		return
+	}
 	var (
 		conn    rueidis.DedicatedClient
 		connErr <-chan error
@@ -339,26 +351,147 @@ func (h *hub) reconcile(conn rueidis.DedicatedClient) error {
 		if e == nil {
 			continue
 		}
-		if e.pending != nil {
-			e.pending.err = err
-			close(e.pending.done)
-			e.pending = nil
-		}
 		if err != nil {
-			wakeAllLocked(e)
+			h.failLocked(e, err)
 			h.markDirtyLocked(e)
 			continue
 		}
-		e.subscribed = true
-		if e.resync {
-			e.resync = false
-			wakeAllLocked(e)
-		}
+		h.confirmLocked(e)
 		if len(e.waiters) == 0 {
 			h.markDirtyLocked(e)
 		}
 	}
 	return err
+}
+
+// confirmLocked records that Redis confirmed e's subscription: its joiners go on, and, if it had been
+// lost, every waiter retries (a release may have gone unheard meanwhile).
+func (h *hub) confirmLocked(e *entry) {
+	e.subscribed = true
+	if e.pending != nil {
+		close(e.pending.done)
+		e.pending = nil
+	}
+	if e.resync {
+		e.resync = false
+		wakeAllLocked(e)
+	}
+}
+
+// failLocked records that e's subscription failed: its joiners return err, its waiters retry.
+func (h *hub) failLocked(e *entry, err error) {
+	if e.pending != nil {
+		e.pending.err = err
+		close(e.pending.done)
+		e.pending = nil
+	}
+	wakeAllLocked(e)
+}
+
+// loopSharded is the loop of a hub on Redis Cluster, where releases are announced with SPUBLISH on the
+// shard that owns the channel's slot. Each channel has a receiver goroutine that holds its SSUBSCRIBE on
+// that shard's connection (rueidis routes it by slot), and subscribes again, wherever the slot now is,
+// when the shard drops it (slot migration, failover, a broken connection).
+func (h *hub) loopSharded() {
+	var receivers sync.WaitGroup
+	defer receivers.Wait()
+	for {
+		select {
+		case <-h.life.Done():
+			return
+		case <-h.kick:
+		}
+		h.mu.Lock()
+		for ch, e := range h.dirty {
+			delete(h.dirty, ch)
+			switch {
+			case len(e.waiters) > 0 && e.stop == nil:
+				if !e.subscribed && e.pending == nil {
+					e.pending = &subAttempt{done: make(chan struct{})}
+				}
+				ctx, stop := context.WithCancel(h.life)
+				e.gen++
+				e.stop, e.receiving = stop, true
+				receivers.Add(1)
+				go func(gen int) {
+					defer receivers.Done()
+					h.receive(ctx, e, gen)
+				}(e.gen)
+			case len(e.waiters) == 0 && e.stop != nil:
+				e.stop() // the receiver unsubscribes, then removes the entry
+				e.stop = nil
+			case len(e.waiters) == 0 && !e.receiving:
+				if e.pending != nil {
+					close(e.pending.done)
+					e.pending = nil
+				}
+				if h.entries[ch] == e {
+					delete(h.entries, ch)
+				}
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+// receive holds e's sharded subscription until ctx ends, subscribing again after each loss.
+func (h *hub) receive(ctx context.Context, e *entry, gen int) {
+	backoff := reconnectBackoffMin
+	for {
+		sctx := rueidis.WithOnSubscriptionHook(ctx, func(s rueidis.PubSubSubscription) {
+			if s.Kind == "ssubscribe" { // runs on rueidis's reader: no blocking here
+				h.mu.Lock()
+				if e.gen == gen {
+					h.confirmLocked(e)
+					backoff = reconnectBackoffMin
+				}
+				h.mu.Unlock()
+			}
+		})
+		sctx = rueidis.WithOnReceiveReturnHook(sctx, func(err error, c rueidis.CommandClient) error {
+			if ctx.Err() != nil { // leaving: cancelling Receive does not unsubscribe by itself
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), subscribeTimeout)
+				_ = c.Do(uctx, c.B().Sunsubscribe().Channel(e.channel).Build()).Error()
+				cancel()
+			}
+			return err
+		})
+		err := h.rdb.Receive(sctx, h.rdb.B().Ssubscribe().Channel(e.channel).Build(), h.onMessage)
+		h.mu.Lock()
+		if e.gen == gen {
+			if e.subscribed {
+				e.subscribed, e.resync = false, true
+			}
+			if err != nil && ctx.Err() == nil {
+				h.failLocked(e, err)
+			} else {
+				wakeAllLocked(e)
+			}
+		}
+		h.mu.Unlock()
+		if ctx.Err() == nil {
+			timer := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+			case <-timer.C:
+			}
+			backoff = min(2*backoff, reconnectBackoffMax)
+		}
+		h.mu.Lock()
+		if ctx.Err() != nil {
+			if e.gen == gen {
+				e.receiving = false
+				h.markDirtyLocked(e) // removed if unused, or given a new receiver
+			}
+			h.mu.Unlock()
+			return
+		}
+		if e.gen == gen && !e.subscribed && e.pending == nil {
+			e.pending = &subAttempt{done: make(chan struct{})} // joiners wait for the next subscription
+		}
+		h.mu.Unlock()
+	}
 }
 
 // attempt tries to acquire a lock once. When it does not get the lock, holderTTL is how long the current

@@ -479,39 +479,58 @@ func (w *watchdog) renew(due []*hold, sentAt time.Time) {
 	}
 }
 
-// runRenewals runs the renewal scripts for due: per script, runs of up to renewBatchSize holds, all sent
-// in one pipeline. results[i] is 1 (renewed), 0 (gone) or -1 (no answer) for due[i].
+// runRenewals runs the renewal scripts for due: per script (and, on a cluster, per slot: one run never
+// mixes slots), runs of up to renewBatchSize holds, all sent in one pipeline per script (rueidis splits it
+// by node). results[i] is 1 (renewed), 0 (gone) or -1 (no answer) for due[i].
 func (w *watchdog) runRenewals(ctx context.Context, due []*hold) ([]int64, error) {
 	results := make([]int64, len(due))
-	groups := make(map[*script][]int)
-	var scripts []*script
+	type group struct {
+		script *script
+		slot   uint16
+	}
+	groups := make(map[group][]int)
+	var order []group
+	byScript := make(map[*script][]group)
 	for i, h := range due {
 		results[i] = -1
-		s := h.renew.script
-		if _, ok := groups[s]; !ok {
-			scripts = append(scripts, s)
+		g := group{script: h.renew.script}
+		if w.c.cluster {
+			g.slot = slot(h.renew.keys[0])
 		}
-		groups[s] = append(groups[s], i)
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+			byScript[g.script] = append(byScript[g.script], g)
+		}
+		groups[g] = append(groups[g], i)
 	}
 	ttl := fmtMillis(w.timeout)
 	var firstErr error
-	for _, s := range scripts {
-		idx := groups[s]
+	done := make(map[*script]bool)
+	for _, first := range order {
+		s := first.script
+		if done[s] {
+			continue
+		}
+		done[s] = true
 		var execs []rueidis.LuaExec
-		for b := 0; b < len(idx); b += renewBatchSize {
-			exec := rueidis.LuaExec{Args: []string{ttl}}
-			for _, i := range idx[b:min(b+renewBatchSize, len(idx))] {
-				exec.Keys = append(exec.Keys, due[i].renew.keys...)
-				exec.Args = append(exec.Args, due[i].renew.args...)
+		var parts [][]int // the positions in due of each exec's holds
+		for _, g := range byScript[s] {
+			idx := groups[g]
+			for b := 0; b < len(idx); b += renewBatchSize {
+				part := idx[b:min(b+renewBatchSize, len(idx))]
+				exec := rueidis.LuaExec{Args: []string{ttl}}
+				for _, i := range part {
+					exec.Keys = append(exec.Keys, due[i].renew.keys...)
+					exec.Args = append(exec.Args, due[i].renew.args...)
+				}
+				execs, parts = append(execs, exec), append(parts, part)
 			}
-			execs = append(execs, exec)
 		}
 		resps := withinDeadline(ctx, func() []rueidis.RedisResult { return s.lua.ExecMulti(ctx, w.c.rdb, execs...) },
 			func(err error) []rueidis.RedisResult { return fillErr(len(execs), err) })
 		for b, resp := range resps {
-			part := idx[b*renewBatchSize : min((b+1)*renewBatchSize, len(idx))]
 			vals, err := resp.AsIntSlice()
-			if err == nil && len(vals) != len(part) {
+			if err == nil && len(vals) != len(parts[b]) {
 				err = errUnexpectedReply
 			}
 			if err != nil {
@@ -520,7 +539,7 @@ func (w *watchdog) runRenewals(ctx context.Context, due []*hold) ([]int64, error
 				}
 				continue
 			}
-			for j, i := range part {
+			for j, i := range parts[b] {
 				results[i] = vals[j]
 			}
 		}
