@@ -12,7 +12,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
-	"github.com/relock-go/relock/internal/redistest"
 )
 
 // testLock is what the conformance tests use of a reentrant lock type.
@@ -43,22 +42,28 @@ var lockKinds = []struct {
 	}},
 }
 
-func forEachKind(t *testing.T, test func(t *testing.T, srv *redistest.Server, newLock func(*relock.Client, string, ...relock.LockOption) testLock)) {
+// conformance runs test for every lock kind, on a server of its own and on the shared cluster.
+func conformance(t *testing.T, test func(t *testing.T, d *deployment, newLock func(*relock.Client, string, ...relock.LockOption) testLock)) {
 	t.Parallel()
 	for _, kind := range lockKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			test(t, redistest.Start(t), kind.newLock)
-		})
+		for _, where := range []string{"standalone", "cluster"} {
+			t.Run(kind.name+"/"+where, func(t *testing.T) {
+				t.Parallel()
+				d := onCluster(t, t.Name()+":")
+				if where == "standalone" {
+					d = standalone(t)
+				}
+				test(t, d, kind.newLock)
+			})
+		}
 	}
 }
 
 func TestConformanceReentrancy(t *testing.T) {
-	forEachKind(t, func(t *testing.T, srv *redistest.Server, newLock func(*relock.Client, string, ...relock.LockOption) testLock) {
-		c := newClient(t, srv, nil)
-		rdb := rawClient(t, srv)
+	conformance(t, func(t *testing.T, d *deployment, newLock func(*relock.Client, string, ...relock.LockOption) testLock) {
+		c := d.client(t, nil)
 		ctx := ctxTimeout(t, 10*time.Second)
-		l := newLock(c, "reentrant")
+		l := newLock(c, d.name("reentrant"))
 		for i, step := range []struct {
 			lock bool
 			want int
@@ -79,58 +84,58 @@ func TestConformanceReentrancy(t *testing.T) {
 		if err := l.Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
 			t.Fatalf("extra Unlock = %v, want ErrNotHeld", err)
 		}
-		if keys, _ := do(t, rdb, "KEYS", "*").AsStrSlice(); len(keys) != 0 {
+		if keys := d.keys(t); len(keys) != 0 {
 			t.Fatalf("keys left after the last Unlock: %v", keys)
 		}
 	})
 }
 
 func TestConformanceOnlyOwnerUnlocks(t *testing.T) {
-	forEachKind(t, func(t *testing.T, srv *redistest.Server, newLock func(*relock.Client, string, ...relock.LockOption) testLock) {
-		a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	conformance(t, func(t *testing.T, d *deployment, newLock func(*relock.Client, string, ...relock.LockOption) testLock) {
+		a, b := d.client(t, nil), d.client(t, nil)
 		ctx := ctxTimeout(t, 10*time.Second)
-		if err := newLock(a, "owned").Lock(ctx); err != nil {
+		if err := newLock(a, d.name("owned")).Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		other := newLock(a, "owned")
+		other := newLock(a, d.name("owned"))
 		errc := make(chan error, 1)
 		go func() { errc <- other.Unlock(ctx) }() // another goroutine: another owner
 		if err := <-errc; !errors.Is(err, relock.ErrNotHeld) {
 			t.Fatalf("Unlock from another goroutine = %v, want ErrNotHeld", err)
 		}
-		if err := newLock(b, "owned").Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		if err := newLock(b, d.name("owned")).Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
 			t.Fatalf("Unlock from another Client = %v, want ErrNotHeld", err)
 		}
-		if n, err := newLock(a, "owned").HoldCount(ctx); n != 1 || err != nil {
+		if n, err := newLock(a, d.name("owned")).HoldCount(ctx); n != 1 || err != nil {
 			t.Fatalf("hold count = %d, %v; want 1", n, err)
 		}
 	})
 }
 
 func TestConformanceLeaseExpiry(t *testing.T) {
-	forEachKind(t, func(t *testing.T, srv *redistest.Server, newLock func(*relock.Client, string, ...relock.LockOption) testLock) {
-		a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	conformance(t, func(t *testing.T, d *deployment, newLock func(*relock.Client, string, ...relock.LockOption) testLock) {
+		a, b := d.client(t, nil), d.client(t, nil)
 		ctx := ctxTimeout(t, 10*time.Second)
-		if err := newLock(a, "leased").LockWithLease(ctx, 300*time.Millisecond); err != nil {
+		if err := newLock(a, d.name("leased")).LockWithLease(ctx, 300*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		if err := newLock(b, "leased").Lock(ctx); err != nil {
+		if err := newLock(b, d.name("leased")).Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if d := time.Since(start); d < 250*time.Millisecond || d > 800*time.Millisecond {
 			t.Fatalf("acquired %v after a 300ms lease was taken", d)
 		}
-		if err := newLock(a, "leased").Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		if err := newLock(a, d.name("leased")).Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
 			t.Fatalf("expired owner's Unlock = %v, want ErrNotHeld", err)
 		}
 	})
 }
 
 func TestConformanceMutualExclusion(t *testing.T) {
-	forEachKind(t, func(t *testing.T, srv *redistest.Server, newLock func(*relock.Client, string, ...relock.LockOption) testLock) {
-		clients := []*relock.Client{newClient(t, srv, nil), newClient(t, srv, nil)}
-		rdb := rawClient(t, srv)
+	conformance(t, func(t *testing.T, d *deployment, newLock func(*relock.Client, string, ...relock.LockOption) testLock) {
+		clients := []*relock.Client{d.client(t, nil), d.client(t, nil)}
+		rdb := d.raw(t)
 		ctx := ctxTimeout(t, 60*time.Second)
 		const goroutines, increments = 8, 50
 		var wg sync.WaitGroup
@@ -140,7 +145,7 @@ func TestConformanceMutualExclusion(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					l := newLock(c, "exclusive")
+					l := newLock(c, d.name("exclusive"))
 					for range increments {
 						if err := l.Lock(ctx); err != nil {
 							t.Error(err)
@@ -149,11 +154,11 @@ func TestConformanceMutualExclusion(t *testing.T) {
 						if inside.Add(1) != 1 {
 							t.Error("two owners inside the critical section")
 						}
-						n, err := rdb.Do(ctx, rdb.B().Get().Key("count").Build()).AsInt64()
+						n, err := rdb.Do(ctx, rdb.B().Get().Key(d.name("count")).Build()).AsInt64()
 						if err != nil && !rueidis.IsRedisNil(err) {
 							t.Error(err)
 						}
-						rdb.Do(ctx, rdb.B().Set().Key("count").Value(strconv.FormatInt(n+1, 10)).Build())
+						rdb.Do(ctx, rdb.B().Set().Key(d.name("count")).Value(strconv.FormatInt(n+1, 10)).Build())
 						inside.Add(-1)
 						if err := l.Unlock(ctx); err != nil {
 							t.Error(err)
@@ -164,23 +169,23 @@ func TestConformanceMutualExclusion(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		if n, _ := do(t, rdb, "GET", "count").AsInt64(); n != int64(len(clients)*goroutines*increments) {
+		if n, _ := do(t, rdb, "GET", d.name("count")).AsInt64(); n != int64(len(clients)*goroutines*increments) {
 			t.Fatalf("count = %d, want %d", n, len(clients)*goroutines*increments)
 		}
-		if keys, _ := do(t, rdb, "KEYS", "*").AsStrSlice(); len(keys) != 1 {
+		if keys := d.keys(t); len(keys) != 1 {
 			t.Fatalf("keys left: %v, want only the counter", keys)
 		}
 	})
 }
 
 func TestConformanceFencingAndHoldContext(t *testing.T) {
-	forEachKind(t, func(t *testing.T, srv *redistest.Server, newLock func(*relock.Client, string, ...relock.LockOption) testLock) {
-		a, b := newClient(t, srv, fastWatchdog), newClient(t, srv, fastWatchdog)
-		rdb := rawClient(t, srv)
+	conformance(t, func(t *testing.T, d *deployment, newLock func(*relock.Client, string, ...relock.LockOption) testLock) {
+		a, b := d.client(t, fastWatchdog), d.client(t, fastWatchdog)
+		rdb := d.raw(t)
 		ctx := ctxTimeout(t, 10*time.Second)
 		var last uint64
 		for i, c := range []*relock.Client{a, b, a} {
-			l := newLock(c, "fenced", relock.WithFencing())
+			l := newLock(c, d.name("fenced"), relock.WithFencing())
 			if err := l.Lock(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -193,7 +198,7 @@ func TestConformanceFencingAndHoldContext(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		l := newLock(a, "fenced", relock.WithFencing())
+		l := newLock(a, d.name("fenced"), relock.WithFencing())
 		if err := l.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +210,7 @@ func TestConformanceFencingAndHoldContext(t *testing.T) {
 		if held.Err() != nil {
 			t.Fatalf("hold context ended while held: %v", context.Cause(held))
 		}
-		do(t, rdb, "DEL", "fenced")
+		do(t, rdb, "DEL", d.name("fenced"))
 		select {
 		case <-held.Done():
 		case <-time.After(2 * time.Second):

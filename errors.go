@@ -38,6 +38,10 @@ var (
 	// granted; it fails at once instead of waiting forever. Release the read lock first.
 	ErrUpgrade = errors.New("relock: cannot take the write lock while holding the read lock")
 
+	// ErrReplicaAck means an acquisition made with WithReplicaAck was not acknowledged by enough replicas
+	// in time: it was rolled back, and the owner does not hold the lock (or holds it as before).
+	ErrReplicaAck = errors.New("relock: acquisition not acknowledged by enough replicas")
+
 	// ErrNotFenced means FencingToken was called on a lock made without WithFencing.
 	ErrNotFenced = errors.New("relock: lock is not fenced")
 

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,8 +33,13 @@ func TestMain(m *testing.M) {
 	redisAddr = srv.Addr()
 	code := m.Run()
 	_ = srv.Stop()
+	if shared.cluster != nil {
+		shared.cluster.Stop()
+	}
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		// rueidis's cluster client closes the connections a topology refresh dropped 5 s later, in a
+		// goroutine of its own that may outlive a closed client briefly; it is not relock's.
+		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2")); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}
@@ -182,4 +188,88 @@ func startHelper(t testing.TB, helper string, env ...string) *exec.Cmd {
 		_ = cmd.Wait()
 	})
 	return cmd
+}
+
+// deployment is where a test's locks live: one redis-server, or a Redis Cluster shared by the tests that
+// run on it (their lock names then start with prefix, to keep out of each other's way).
+type deployment struct {
+	kind    string // "standalone" or "cluster"
+	addrs   []string
+	servers []*redistest.Server
+	prefix  string
+}
+
+// standalone returns a deployment on a new server for t.
+func standalone(t testing.TB) *deployment {
+	srv := redistest.Start(t)
+	return &deployment{kind: "standalone", addrs: []string{srv.Addr()}, servers: []*redistest.Server{srv}}
+}
+
+var shared struct {
+	once    sync.Once
+	cluster *redistest.Cluster
+	err     error
+}
+
+// onCluster returns a deployment on the test binary's shared cluster (3 masters, 1 replica each), whose
+// lock names start with prefix.
+func onCluster(t testing.TB, prefix string) *deployment {
+	shared.once.Do(func() { shared.cluster, shared.err = redistest.StartClusterServers(3, 1) })
+	if shared.err != nil {
+		t.Fatalf("starting the shared cluster: %v", shared.err)
+	}
+	return &deployment{kind: "cluster", addrs: shared.cluster.Addrs(), servers: shared.cluster.Servers, prefix: prefix}
+}
+
+// name returns a lock or key name for this deployment.
+func (d *deployment) name(base string) string { return d.prefix + base }
+
+// client returns a relock Client on d, closed when t ends.
+func (d *deployment) client(t testing.TB, opts *relock.Options) *relock.Client {
+	t.Helper()
+	c, err := relock.New(d.addrs, opts)
+	if err != nil {
+		t.Fatalf("relock.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// raw returns a plain rueidis client on d (a cluster client on a cluster).
+func (d *deployment) raw(t testing.TB) rueidis.Client {
+	t.Helper()
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: d.addrs, DisableCache: true})
+	if err != nil {
+		t.Fatalf("rueidis.NewClient: %v", err)
+	}
+	t.Cleanup(rdb.Close)
+	return rdb
+}
+
+// keys returns every key of d whose name contains d's prefix (on a cluster, asking each node).
+func (d *deployment) keys(t testing.TB) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var keys []string
+	for _, s := range d.servers {
+		if !s.Running() {
+			continue
+		}
+		node, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}, DisableCache: true, ForceSingleClient: true})
+		if err != nil {
+			t.Fatalf("connecting to %s: %v", s.Addr(), err)
+		}
+		found, err := node.Do(context.Background(), node.B().Keys().Pattern("*"+d.prefix+"*").Build()).AsStrSlice()
+		node.Close()
+		if err != nil {
+			t.Fatalf("KEYS on %s: %v", s.Addr(), err)
+		}
+		for _, k := range found {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
 }

@@ -23,6 +23,24 @@ type LockOption func(*lockOptions)
 type lockOptions struct {
 	fenced         bool
 	writerPriority bool
+	ackReplicas    int64
+	ackTimeout     time.Duration
+}
+
+// WithReplicaAck makes every acquisition wait, in the same round trip, until at least replicas replicas of
+// the lock's master have it (WAIT), for up to timeout; one that is not acknowledged in time is rolled back
+// and fails with ErrReplicaAck. Redis replicates asynchronously: without it, a master that fails right
+// after an acquisition may leave a replica, promoted in its place, without the hold, and another owner may
+// take the lock (the first holder learns of it from its HoldContext at the next renewal). With it, a
+// failover keeps every hold that was granted, at the cost of the replicas' round trip on each acquisition.
+// It has no effect on a server without replicas other than failing every acquisition: use it only with
+// replicas. replicas < 1 or timeout <= 0 leave it off.
+func WithReplicaAck(replicas int, timeout time.Duration) LockOption {
+	return func(o *lockOptions) {
+		if replicas > 0 && timeout > 0 {
+			o.ackReplicas, o.ackTimeout = int64(replicas), timeout
+		}
+	}
 }
 
 // WithFencing makes the lock fenced: each acquisition by a new owner takes the next value of a 64-bit
@@ -53,6 +71,8 @@ type reentrant struct {
 	name           string
 	fenced         bool
 	writerPriority bool
+	ackReplicas    int64
+	ackTimeout     time.Duration
 	channel        string // where releases are announced; with ownerChannels, the prefix of each waiter's own
 
 	acquireScript, releaseScript, forceScript, renewScript *script
@@ -75,6 +95,7 @@ func newReentrant(c *Client, kind lockKind, name string, opts []LockOption) reen
 		opt(&o)
 	}
 	return reentrant{c: c, kind: kind, name: name, fenced: o.fenced, writerPriority: o.writerPriority,
+		ackReplicas: o.ackReplicas, ackTimeout: o.ackTimeout,
 		channel: companion("redisson_lock__channel", name), renewScript: scriptRenew, releaseMessage: unlockMessage}
 }
 
@@ -137,7 +158,18 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 		}
 	}
 	sentAt := time.Now()
-	reply, err := r.c.run(ctx, r.acquireScript, r.acquireKeys, args).AsIntSlice()
+	var reply []int64
+	var err error
+	acked := int64(-1)
+	if r.ackReplicas > 0 {
+		var resp rueidis.RedisResult
+		resp, acked, err = r.c.runAcked(ctx, r.acquireScript, r.acquireKeys, args, r.ackReplicas, r.ackTimeout)
+		if err == nil {
+			reply, err = resp.AsIntSlice()
+		}
+	} else {
+		reply, err = r.c.run(ctx, r.acquireScript, r.acquireKeys, args).AsIntSlice()
+	}
 	if err != nil {
 		if outcomeUnknown(err) {
 			r.undoAcquire(k, ttl)
@@ -146,6 +178,9 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 	}
 	if len(reply) != 3 {
 		return false, 0, errUnexpectedReply
+	}
+	if reply[0] == 1 && acked >= 0 && acked < r.ackReplicas {
+		return false, 0, r.rollBack(ctx, k, reply[1])
 	}
 	switch reply[0] {
 	case 1:
@@ -165,6 +200,19 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 		return false, -1, nil
 	}
 	return false, time.Duration(reply[1]) * time.Millisecond, nil
+}
+
+// rollBack releases the hold level an acquisition just took (count is the hold count it reached) because
+// the replicas did not acknowledge it. If the release cannot be confirmed, the undo goes on in the
+// background.
+func (r *reentrant) rollBack(ctx context.Context, k holdKey, count int64) error {
+	args := append([]string{k.field, r.releaseMessage, strconv.FormatInt(count, 10), "", r.c.publish}, r.trailing...)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retryAttemptTimeout)
+	defer cancel()
+	if _, err := r.release(ctx, args); err != nil {
+		r.undoAcquire(k, r.c.watchdogTimeout) // releases count (the known count + 1) if it is still there
+	}
+	return ErrReplicaAck
 }
 
 // undoAcquire releases, in the background, the hold an acquisition may have taken although its reply was

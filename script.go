@@ -2,8 +2,12 @@ package relock
 
 import (
 	"context"
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -15,6 +19,8 @@ var luaFiles embed.FS
 // example after a restart or SCRIPT FLUSH), with EVAL.
 type script struct {
 	name string
+	src  string
+	sha1 string
 	lua  *rueidis.Lua
 }
 
@@ -23,7 +29,9 @@ func loadScript(name string) *script {
 	if err != nil {
 		panic("relock: missing embedded script " + name + ": " + err.Error())
 	}
-	return &script{name: name, lua: rueidis.NewLuaScript(strings.TrimSpace(string(src)))}
+	text := strings.TrimSpace(string(src))
+	sum := sha1.Sum([]byte(text))
+	return &script{name: name, src: text, sha1: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(text)}
 }
 
 var (
@@ -54,6 +62,51 @@ func (c *Client) run(ctx context.Context, s *script, keys, args []string) rueidi
 		return s.lua.Exec(ctx, c.rdb, keys, args)
 	}
 	return withinDeadline(ctx, func() rueidis.RedisResult { return s.lua.Exec(ctx, c.rdb, keys, args) }, rueidis.NewErrorResult)
+}
+
+// runMany runs s once per exec, all at once: rueidis pipelines concurrent calls into one write per
+// connection, so this costs one round trip per node. Each run is EVALSHA, falling back to EVAL on
+// NOSCRIPT, like run. (rueidis's ExecMulti would first send SCRIPT LOAD to every node, a round trip more,
+// and fail whole while any node of a cluster is down.)
+func (c *Client) runMany(ctx context.Context, s *script, execs []rueidis.LuaExec) []rueidis.RedisResult {
+	resps := make([]rueidis.RedisResult, len(execs))
+	var wg sync.WaitGroup
+	for i, e := range execs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resps[i] = s.lua.Exec(ctx, c.rdb, e.Keys, e.Args)
+		}()
+	}
+	wg.Wait()
+	return resps
+}
+
+// runAcked runs s, then WAIT replicas timeout, in one write on one connection (WAIT counts the replicas
+// that acknowledged that connection's writes), and returns the script's reply and the replicas that
+// acknowledged it. It falls back to EVAL on NOSCRIPT, as run does; rueidis's Lua cannot be pipelined
+// with another command, hence the EVALSHA built here.
+func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, replicas int64, timeout time.Duration) (rueidis.RedisResult, int64, error) {
+	wait := c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
+	call := func() []rueidis.RedisResult {
+		resps := c.rdb.DoMulti(ctx, c.rdb.B().Evalsha().Sha1(s.sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
+		if err, ok := rueidis.IsRedisErr(resps[0].Error()); ok && err.IsNoScript() {
+			wait = c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
+			resps = c.rdb.DoMulti(ctx, c.rdb.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
+		}
+		return resps
+	}
+	var resps []rueidis.RedisResult
+	if ctx.Done() == nil {
+		resps = call()
+	} else {
+		resps = withinDeadline(ctx, call, func(err error) []rueidis.RedisResult { return fillErr(2, err) })
+	}
+	acked, err := resps[1].AsInt64()
+	if resps[0].Error() != nil {
+		return resps[0], 0, nil
+	}
+	return resps[0], acked, err
 }
 
 // do runs one plain command, under the same deadline guarantee as run.

@@ -480,8 +480,8 @@ func (w *watchdog) renew(due []*hold, sentAt time.Time) {
 }
 
 // runRenewals runs the renewal scripts for due: per script (and, on a cluster, per slot: one run never
-// mixes slots), runs of up to renewBatchSize holds, all sent in one pipeline per script (rueidis splits it
-// by node). results[i] is 1 (renewed), 0 (gone) or -1 (no answer) for due[i].
+// mixes slots), runs of up to renewBatchSize holds, all sent at once, so that rueidis pipelines them to
+// each node in one write. results[i] is 1 (renewed), 0 (gone) or -1 (no answer) for due[i].
 func (w *watchdog) runRenewals(ctx context.Context, due []*hold) ([]int64, error) {
 	results := make([]int64, len(due))
 	type group struct {
@@ -526,7 +526,7 @@ func (w *watchdog) runRenewals(ctx context.Context, due []*hold) ([]int64, error
 				execs, parts = append(execs, exec), append(parts, part)
 			}
 		}
-		resps := withinDeadline(ctx, func() []rueidis.RedisResult { return s.lua.ExecMulti(ctx, w.c.rdb, execs...) },
+		resps := withinDeadline(ctx, func() []rueidis.RedisResult { return w.c.runMany(ctx, s, execs) },
 			func(err error) []rueidis.RedisResult { return fillErr(len(execs), err) })
 		for b, resp := range resps {
 			vals, err := resp.AsIntSlice()

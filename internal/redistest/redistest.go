@@ -286,32 +286,56 @@ type Cluster struct {
 
 // StartCluster starts a cluster of masters masters with replicas replicas each, for tb, and stops it when
 // tb ends. Nodes use a 1 s cluster-node-timeout, so a killed master's replica takes over in a few seconds.
-// It waits until every node reports cluster_state:ok.
+// It waits until every node reports cluster_state:ok and every replica is in sync.
 func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
 	tb.Helper()
+	c, err := StartClusterServers(masters, replicas)
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	tb.Cleanup(func() { c.Stop() })
+	return c
+}
+
+// StartClusterServers is StartCluster without a test: the caller must call Stop.
+func StartClusterServers(masters, replicas int) (*Cluster, error) {
 	c := &Cluster{}
 	for i := 0; i < masters*(1+replicas); i++ {
-		c.Servers = append(c.Servers, Start(tb, "--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
+		s, err := StartServer("--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
 			"--cluster-config-file", "nodes-"+strconv.Itoa(i)+".conf", "--cluster-require-full-coverage", "no",
 			// Replicas sync at once, and may take over however old their data: tests kill masters early.
-			"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0"))
+			"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0")
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.Servers = append(c.Servers, s)
 	}
 	args := []string{"--cluster", "create"}
 	for _, s := range c.Servers {
 		args = append(args, s.Addr())
 	}
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
-	out, err := exec.Command("redis-cli", args...).CombinedOutput()
-	if err != nil {
-		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	if err := c.WaitOK(30 * time.Second); err != nil {
-		tb.Fatalf("redistest: %v", err)
+		c.Stop()
+		return nil, err
 	}
 	if err := c.waitReplicasSynced(30 * time.Second); err != nil {
-		tb.Fatalf("redistest: %v", err)
+		c.Stop()
+		return nil, err
 	}
-	return c
+	return c, nil
+}
+
+// Stop stops every node.
+func (c *Cluster) Stop() {
+	for _, s := range c.Servers {
+		_ = s.Stop()
+	}
 }
 
 // waitReplicasSynced waits until every replica's link to its master is up.
