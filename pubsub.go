@@ -2,11 +2,25 @@ package relock
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
 )
+
+// transientGrace is how long a waiter keeps trying through transient errors before it returns one.
+const transientGrace = 10 * time.Second
+
+// transient reports whether err may well go away by itself soon: the connection broke or could not be
+// made, or a cluster is failing over or a server loading its data.
+func transient(err error) bool {
+	if rerr, ok := rueidis.IsRedisErr(err); ok {
+		return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(rerr.Error(), "MASTERDOWN")
+	}
+	return outcomeUnknown(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
 
 const (
 	// subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE exchange on the subscription connection; a server
@@ -549,6 +563,8 @@ func (c *Client) acquireWaiting(ctx context.Context, channel string, wait time.D
 			timer.Stop()
 		}
 	}()
+	var troubleSince time.Time // when attempts began to fail with transient errors
+	backoff := reconnectBackoffMin
 	for {
 		ok, ttl, err := try(ctx)
 		if ok {
@@ -556,7 +572,20 @@ func (c *Client) acquireWaiting(ctx context.Context, channel string, wait time.D
 			return true, nil
 		}
 		if err != nil {
-			return false, err
+			// A waiter rides out a short outage (a restart, a cluster failover) rather than give up its
+			// wait: it tries again, backing off, for up to transientGrace. The first attempt, made before
+			// waiting, reports errors at once.
+			if !transient(err) || ctx.Err() != nil {
+				return false, err
+			}
+			if troubleSince.IsZero() {
+				troubleSince = time.Now()
+			} else if time.Since(troubleSince) > transientGrace {
+				return false, err
+			}
+			ttl, backoff = backoff, min(2*backoff, reconnectBackoffMax)
+		} else {
+			troubleSince, backoff = time.Time{}, reconnectBackoffMin
 		}
 		sleep := ttl
 		if !deadline.IsZero() {
