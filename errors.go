@@ -21,9 +21,8 @@ var (
 	// ErrNilClient means a lock was made from a nil *Client, or New/Wrap got no Redis client.
 	ErrNilClient = errors.New("relock: nil client")
 
-	// ErrInvalidName means a lock name is empty, or contains a "}" without a hash tag ("{...}") before it:
-	// such a name's companion keys could not share its Redis Cluster slot (see the package documentation
-	// of names.go, summarised in the README).
+	// ErrInvalidName means a lock name is empty, or contains a "}" outside a hash tag ("{...}"): such a
+	// name's companion keys (channel, queue, counters) could not share its Redis Cluster slot.
 	ErrInvalidName = errors.New("relock: invalid lock name")
 
 	// ErrInvalidDuration means a wait, lease or timeout is negative, or zero where zero has no meaning.
