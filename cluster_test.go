@@ -122,7 +122,9 @@ func TestClusterReadWriteAndMultiLockAcrossSlots(t *testing.T) {
 	}
 	readers := make(chan error, 3)
 	for range 3 {
-		go func() { readers <- other.ReadLock().Lock(relock.WithOwner(ctx, "reader-"+strconv.Itoa(int(time.Now().UnixNano())))) }()
+		go func() {
+			readers <- other.ReadLock().Lock(relock.WithOwner(ctx, "reader-"+strconv.Itoa(int(time.Now().UnixNano()))))
+		}()
 	}
 	time.Sleep(100 * time.Millisecond)
 	if err := rw.WriteLock().Unlock(ctx); err != nil { // the readers are woken by SPUBLISH
