@@ -27,8 +27,8 @@ func keySlot(t testing.TB, rdb rueidis.Client, key string) int64 {
 
 func TestClusterNamesWithBraces(t *testing.T) {
 	t.Parallel()
-	p := t.Name() + ":"
-	d := onCluster(t, p)
+	d := onCluster(t, t.Name()+":")
+	p := d.prefix
 	c, other := d.client(t, nil), d.client(t, nil)
 	rdb := d.raw(t)
 	ctx := ctxTimeout(t, 60*time.Second)
@@ -303,5 +303,43 @@ func TestReplicaAckWithoutReplicasRollsBack(t *testing.T) {
 	}
 	if locked, err := l.IsLocked(ctx); locked || err != nil {
 		t.Fatalf("the unacknowledged hold was not rolled back: %v, %v", locked, err)
+	}
+}
+
+func TestClusterRenewsHoldsInManySlots(t *testing.T) {
+	t.Parallel()
+	d := onCluster(t, t.Name()+":")
+	c := d.client(t, fastWatchdog)
+	rdb := d.raw(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	owner := relock.WithOwner(ctx, "many-slots")
+	var holds []context.Context
+	slots := map[int64]bool{}
+	for i := range 12 {
+		l := c.Lock(d.name("slot-" + strconv.Itoa(i)))
+		slots[keySlot(t, rdb, l.Name())] = true
+		if err := l.Lock(owner); err != nil {
+			t.Fatal(err)
+		}
+		h, err := l.HoldContext(owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds = append(holds, h)
+	}
+	if len(slots) < 6 {
+		t.Fatalf("the locks fell in only %d slots", len(slots))
+	}
+	// Renewal batches that mixed slots would fail (CROSSSLOT) and the holds would be lost.
+	time.Sleep(2500 * time.Millisecond)
+	for i, h := range holds {
+		if h.Err() != nil {
+			t.Fatalf("hold %d lost: %v", i, context.Cause(h))
+		}
+	}
+	for i := range 12 {
+		if err := c.Lock(d.name("slot-" + strconv.Itoa(i))).Unlock(owner); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

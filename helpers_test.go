@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,15 +210,17 @@ var shared struct {
 	once    sync.Once
 	cluster *redistest.Cluster
 	err     error
+	runs    atomic.Int64
 }
 
 // onCluster returns a deployment on the test binary's shared cluster (3 masters, 1 replica each), whose
-// lock names start with prefix.
+// lock names start with prefix and a number of its own, so that a test run again (-count) starts afresh.
 func onCluster(t testing.TB, prefix string) *deployment {
 	shared.once.Do(func() { shared.cluster, shared.err = redistest.StartClusterServers(3, 1) })
 	if shared.err != nil {
 		t.Fatalf("starting the shared cluster: %v", shared.err)
 	}
+	prefix += strconv.FormatInt(shared.runs.Add(1), 10) + ":"
 	return &deployment{kind: "cluster", addrs: shared.cluster.Addrs(), servers: shared.cluster.Servers, prefix: prefix}
 }
 

@@ -839,3 +839,31 @@ func TestReleaseWhileUnsubscribedIsNotMissed(t *testing.T) {
 		t.Fatal("the waiter missed a release published while its subscription was down")
 	}
 }
+
+func TestWaiterRidesOutRestart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	if err := a.Lock("restarted").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := startWaiter(t, b.Lock("restarted"), ctx, rawClient(t, srv), "redisson_lock__channel:{restarted}")
+	// The server dies (the hold with it) and comes back a second later. The waiter, woken by the broken
+	// subscription, meets refused connections meanwhile: it must keep waiting, then get the free lock.
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter gave up during a 1 s outage: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter hangs after the restart")
+	}
+}
