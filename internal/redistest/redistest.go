@@ -448,6 +448,27 @@ func (c *Cluster) MasterOf(key string) (*Server, error) {
 	return nil, errors.New("redistest: no master found for " + key)
 }
 
+// ReplicaOf returns a running replica of master.
+func (c *Cluster) ReplicaOf(master *Server) (*Server, error) {
+	id, err := command(master.Addr(), "CLUSTER", "MYID")
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range c.Servers {
+		if s == master || !s.Running() {
+			continue
+		}
+		info, err := command(s.Addr(), "INFO", "replication")
+		if err != nil || !strings.Contains(info, "master_port:"+strconv.Itoa(master.Port)) {
+			continue
+		}
+		if nodes, err := command(s.Addr(), "CLUSTER", "NODES"); err == nil && strings.Contains(nodes, "slave "+id) {
+			return s, nil
+		}
+	}
+	return nil, errors.New("redistest: no replica of " + master.Addr())
+}
+
 // command sends one command in RESP and returns its reply as text (bulk and simple strings, integers;
 // arrays are not needed here).
 func command(addr string, args ...string) (string, error) {
