@@ -214,8 +214,8 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// HoldContext returns a context, derived from ctx, that is cancelled as soon as the owner's hold on any
-// part ends: with a cause matching ErrLockLost if that part was lost, context.Canceled if released. It
+// HoldContext returns a context, derived from ctx, that is cancelled (just after, in another goroutine)
+// when the owner's hold on any part ends: with a cause matching ErrLockLost if that part was lost, context.Canceled if released. It
 // returns ErrNotHeld unless the owner holds every part.
 func (m *MultiLock) HoldContext(ctx context.Context) (context.Context, error) {
 	ctx, err := checkParts(ctx, m.parts)
