@@ -1,7 +1,6 @@
 package relock_test
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
