@@ -1,0 +1,123 @@
+package faultnet
+
+import (
+	"bufio"
+	"net"
+	"testing"
+	"time"
+)
+
+// echo starts a server that echoes lines.
+func echo(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					c.Write([]byte(line))
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader) (time.Duration, error) {
+	start := time.Now()
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		return 0, err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	line, err := r.ReadString('\n')
+	if err == nil && line != "ping\n" {
+		t.Fatalf("got %q", line)
+	}
+	return time.Since(start), err
+}
+
+func TestLatencyStallCutPartition(t *testing.T) {
+	p, err := Start(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if d, err := roundTrip(t, c, r); err != nil || d > 100*time.Millisecond {
+		t.Fatalf("plain round trip: %v, %v", d, err)
+	}
+	p.SetLatency(100 * time.Millisecond)
+	if d, err := roundTrip(t, c, r); err != nil || d < 200*time.Millisecond || d > 500*time.Millisecond {
+		t.Fatalf("round trip with 100 ms each way: %v, %v", d, err)
+	}
+	p.SetLatency(0)
+	p.Stall(Downstream, true)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		p.Stall(Downstream, false)
+	}()
+	if d, err := roundTrip(t, c, r); err != nil || d < 250*time.Millisecond {
+		t.Fatalf("round trip through a 300 ms stall: %v, %v", d, err)
+	}
+	p.Cut()
+	if _, err := roundTrip(t, c, r); err == nil {
+		t.Fatal("a cut connection still works")
+	}
+	p.Partition(true)
+	if c2, err := net.Dial("tcp", p.Addr); err == nil {
+		if _, err := roundTrip(t, c2, bufio.NewReader(c2)); err == nil {
+			t.Fatal("a partitioned proxy forwards")
+		}
+		c2.Close()
+	}
+	p.Partition(false)
+	c3, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if _, err := roundTrip(t, c3, bufio.NewReader(c3)); err != nil {
+		t.Fatalf("after the partition healed: %v", err)
+	}
+}
+
+func TestCutWhileStalled(t *testing.T) {
+	p, err := Start(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p.Stall(Upstream, true)
+	c.Write([]byte("held\n"))
+	time.Sleep(50 * time.Millisecond)
+	p.Cut()
+	done := make(chan struct{})
+	go func() { p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close hangs on a stalled, cut link")
+	}
+}
