@@ -426,6 +426,10 @@ func (w *watchdog) tick(now time.Time) time.Duration {
 	for len(w.queue) > 0 && !w.queue[0].next.After(horizon) {
 		h := heap.Pop(&w.queue).(*hold)
 		switch {
+		case h.renew.script != nil && !h.expiresAt.After(now):
+			// Already past its expiry (this process was stopped, or starved of CPU): Redis has dropped it,
+			// and the holder must hear so at once, not after a renewal's round trip.
+			ended = append(ended, w.endLocked(h, errRenewTimeout))
 		case h.renew.script != nil:
 			due = append(due, h)
 		case !h.next.After(now):
