@@ -22,6 +22,7 @@ package relock
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -274,6 +275,13 @@ func fmtMillis(d time.Duration) string {
 	return strconv.FormatInt(roundUpToMillis(d).Milliseconds(), 10)
 }
 
+// roundUpToMillis rounds d up to whole milliseconds, without overflowing near the largest Duration.
 func roundUpToMillis(d time.Duration) time.Duration {
-	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+	if r := d % time.Millisecond; r != 0 {
+		if d > math.MaxInt64-time.Millisecond {
+			return d - r
+		}
+		return d - r + time.Millisecond
+	}
+	return d
 }
