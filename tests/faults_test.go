@@ -319,4 +319,3 @@ func TestCancelledWaitersLeaveNothing(t *testing.T) {
 	}
 	s.report(t, true)
 }
-
