@@ -132,14 +132,18 @@ func (r *reentrant) tryLock(ctx context.Context, op string, wait, lease time.Dur
 		channel += ":" + field
 	}
 	parent := ctx
+	join := r.waiters != nil && wait != 0
+	lateJoin := false // an attempt that joins the queue may have run unseen: it may yet add an entry
 	ok, err := r.c.acquire(ctx, acquireOp{
 		kind: r.kind, name: r.name, channel: channel, wait: wait,
 		try: func(ctx context.Context) (bool, time.Duration, error) {
-			return r.attempt(ctx, parent, k, lease, ttl, args)
+			ok, wait, err := r.attempt(ctx, parent, k, lease, ttl, args, join)
+			lateJoin = lateJoin || join && outcomeUnknown(err)
+			return ok, wait, err
 		},
 	})
-	if r.waiters != nil && wait != 0 {
-		r.waiters.done(k, ok)
+	if join {
+		r.waiters.done(k, ok, lateJoin)
 	}
 	if err != nil {
 		return false, r.fail(op, err)
@@ -148,7 +152,7 @@ func (r *reentrant) tryLock(ctx context.Context, op string, wait, lease time.Dur
 }
 
 // attempt runs the acquire script once.
-func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, args []string) (bool, time.Duration, error) {
+func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, args []string, join bool) (bool, time.Duration, error) {
 	if _, err := r.c.watchdog.prepare(ctx, k); err != nil {
 		return false, 0, err
 	}
@@ -193,7 +197,7 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 	case -1:
 		return false, 0, ErrUpgrade
 	}
-	if r.waiters != nil && args[len(args)-1] == "1" {
+	if join {
 		r.waiters.waiting(k, r.kind, sentAt)
 	}
 	if reply[1] < 0 {

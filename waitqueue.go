@@ -44,9 +44,16 @@ func (q *waitQueue) waiting(k holdKey, kind lockKind, sentAt time.Time) {
 	})
 }
 
+// lateLeaves are the delays after which an owner that gave up leaves the queue again, when one of its
+// attempts to join may still run after the first leave (its reply was lost: the request may be queued
+// behind a slow connection, or on a server that was paused). An entry added later than that lives until
+// nobody refreshes it for a watchdog timeout, like a dead process's.
+var lateLeaves = []time.Duration{time.Second, 5 * time.Second}
+
 // done ends a waiting acquisition: the watchdog forgets the entry, and an owner that gave up leaves at
-// once (in the background, since its context may be over; its next attempt waits for that).
-func (q *waitQueue) done(k holdKey, acquired bool) {
+// once (in the background, since its context may be over; its next attempt waits for that). lateJoin says
+// an attempt to join had an unknown outcome: the owner then leaves again later (lateLeaves).
+func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 	ek := q.entryKey(k)
 	if acquired { // the acquire script removed the entry
 		q.c.watchdog.released(ek, 0)
@@ -54,11 +61,28 @@ func (q *waitQueue) done(k holdKey, acquired bool) {
 	}
 	_, settled := q.c.watchdog.settle(ek)
 	args := []string{k.field, q.message, q.c.publish}
-	ran := q.c.goBackground(func(life context.Context) {
+	leave := func(life context.Context) {
 		q.c.retryUnknown(life, time.Now().Add(q.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
 			return q.c.run(ctx, q.leave, q.leaveKeys, args).AsInt64()
 		})
+	}
+	ran := q.c.goBackground(func(life context.Context) {
+		leave(life)
 		settled(0)
+		if !lateJoin {
+			return
+		}
+		for _, d := range lateLeaves { // the owner's next attempts do not wait for these
+			select {
+			case <-life.Done():
+				return
+			case <-time.After(d):
+			}
+			if q.c.watchdog.count(ek) > 0 {
+				return // the owner waits again: its entry is its new one, not the late one
+			}
+			leave(life)
+		}
 	})
 	if !ran {
 		settled(0)
