@@ -176,14 +176,16 @@ func (r *RedLock) round(ctx context.Context, lease time.Duration) (ok bool, node
 		}
 	})
 	elapsed := time.Since(start)
-	acquired := 0
+	acquired, held := 0, 0
 	var nodeErrs []error
 	for i, g := range got {
 		switch {
 		case g:
 			acquired++
-		case errs[i] == nil, roundCtx.Err() != nil && ctx.Err() == nil && errors.Is(errs[i], context.Canceled):
-			// held by another owner, or stopped early by this round
+		case errs[i] == nil:
+			held++ // by another owner
+		case roundCtx.Err() != nil && ctx.Err() == nil && errors.Is(errs[i], context.Canceled):
+			// stopped early by this round: unknown
 		case permanent(errs[i]):
 			releaseParts(ctx, r.parts, nil, r.nodeTimeout(ttl))
 			return false, nil, errs[i]
@@ -199,7 +201,9 @@ func (r *RedLock) round(ctx context.Context, lease time.Duration) (ok bool, node
 	if ctx.Err() != nil {
 		return false, nil, ctx.Err()
 	}
-	if len(nodeErrs) > limit {
+	// Node errors cost the majority when the nodes that answered (acquired, or held by another owner)
+	// are too few for one: with as many answering, the lock would not have been had either way.
+	if len(nodeErrs) > 0 && acquired+held < r.quorum {
 		return false, errors.Join(nodeErrs...), nil
 	}
 	return false, nil, nil
