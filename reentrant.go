@@ -3,6 +3,7 @@ package relock
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -251,6 +252,9 @@ func (r *reentrant) unlock(ctx context.Context) error {
 	ctx, span := r.c.tel.startSpan(ctx, "relock.unlock", r.kind, r.name)
 	args := r.releaseArgs(field)
 	left, err := r.release(ctx, args)
+	if outcomeUnknown(err) {
+		args = repeating(args)
+	}
 	for attempt := 1; attempt < unlockAttempts && outcomeUnknown(err) && ctx.Err() == nil; attempt++ {
 		select {
 		case <-ctx.Done():
@@ -287,9 +291,18 @@ func (r *reentrant) renewalArgs(args []string) []string {
 	return append([]string{args[1]}, r.renewArgs...)
 }
 
-// releaseArgs are the arguments of one release request, with a fresh request id.
+// releaseArgs are the arguments of one release request, with a fresh request id, marked as sent first.
 func (r *reentrant) releaseArgs(field string) []string {
-	return append([]string{field, r.releaseMessage, "", strconv.FormatUint(rand.Uint64(), 36), r.c.publish}, r.trailing...)
+	return append([]string{field, r.releaseMessage, "", "!" + strconv.FormatUint(rand.Uint64(), 36), r.c.publish}, r.trailing...)
+}
+
+// repeating returns the release request args marked as sent again: the script then checks whether it
+// was applied already (the first sending skips that read). It copies them: an abandoned call may still be
+// reading the first ones.
+func repeating(args []string) []string {
+	again := slices.Clone(args)
+	again[3] = "?" + args[3][1:]
+	return again
 }
 
 // release sends one release request; sending the same args again never releases twice.
@@ -299,6 +312,7 @@ func (r *reentrant) release(ctx context.Context, args []string) (int64, error) {
 
 // finishRelease repeats, in the background, a release request whose outcome Unlock could not learn.
 func (r *reentrant) finishRelease(k holdKey, args []string) {
+	args = repeating(args)
 	_, done := r.c.watchdog.settle(k)
 	ran := r.c.goBackground(func(life context.Context) {
 		left := r.c.retryUnknown(life, time.Now().Add(r.c.watchdogTimeout), func(ctx context.Context) (int64, error) {

@@ -33,11 +33,12 @@ func TestRepeatedReleaseRequestReleasesOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			first := r.releaseArgs(field)
-			for i := range 2 {
+			for i := range 3 {
 				left, err := r.release(ctx, first)
 				if err != nil || left != 1 {
 					t.Fatalf("sending the request a %d. time: %d, %v; want 1 hold left", i+1, left, err)
 				}
+				first = repeating(first) // what Unlock does once a reply is lost
 			}
 			if n, err := r.holdCount(ctx, "holdcount"); n != 1 || err != nil {
 				t.Fatalf("hold count = %d, %v; want 1", n, err)
@@ -47,6 +48,7 @@ func TestRepeatedReleaseRequestReleasesOnce(t *testing.T) {
 			if left, err := r.release(ctx, last); left != 0 || err != nil {
 				t.Fatalf("last release = %d, %v; want 0", left, err)
 			}
+			last = repeating(last)
 			if left, err := r.release(ctx, last); left != -1 || err != nil {
 				t.Fatalf("repeated last release = %d, %v; want -1 (not held)", left, err)
 			}

@@ -9,7 +9,7 @@
 -- ARGV[1]  the owner field
 -- ARGV[2]  the unlock message ("0")
 -- ARGV[3]  '' or the hold count the owner must have (the undo of an acquisition whose reply was lost)
--- ARGV[4]  '' or the request id (see rlock_release.lua)
+-- ARGV[4]  '' or the request, '!' or '?' then its id (see rlock_release.lua)
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 --
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
@@ -21,8 +21,8 @@ end
 if ARGV[3] ~= '' and count ~= ARGV[3] then
   return -1
 end
-local request = ARGV[1] .. ' ' .. ARGV[4]
-if ARGV[4] ~= '' and redis.call('get', KEYS[5]) == request then
+local request = ARGV[1] .. ' ' .. string.sub(ARGV[4], 2)
+if string.sub(ARGV[4], 1, 1) == '?' and redis.call('get', KEYS[5]) == request then
   return tonumber(count)
 end
 count = redis.call('hincrby', KEYS[1], ARGV[1], -1)

@@ -9,9 +9,10 @@
 -- ARGV[2]  the unlock message ("0", as Redisson's LockPubSub.UNLOCK_MESSAGE)
 -- ARGV[3]  '' or the hold count the owner must have for the release to happen. Used to undo an acquisition
 --          whose reply was lost: if that acquisition never ran, the count differs and nothing changes.
--- ARGV[4]  '' or the request id. A request is sent again when its reply was lost; if it was applied and
---          left the owner holding, the record names it and it is not applied twice. (If it released the
---          last hold, the owner holds nothing and a repeat changes nothing either.)
+-- ARGV[4]  '' or the request: '!' then its id when sent first, '?' then the same id when sent again after
+--          its reply was lost. A first sending is recorded if it leaves the owner holding; a repeat is not
+--          applied if the record names it. (If it released the last hold, the owner holds nothing and a
+--          repeat changes nothing either.) Only repeats read the record.
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 --
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
@@ -24,8 +25,8 @@ end
 if ARGV[3] ~= '' and count ~= ARGV[3] then
   return -1
 end
-local request = ARGV[1] .. ' ' .. ARGV[4]
-if ARGV[4] ~= '' and redis.call('get', KEYS[3]) == request then
+local request = ARGV[1] .. ' ' .. string.sub(ARGV[4], 2)
+if string.sub(ARGV[4], 1, 1) == '?' and redis.call('get', KEYS[3]) == request then
   return tonumber(count)
 end
 count = redis.call('hincrby', KEYS[1], ARGV[1], -1)

@@ -8,7 +8,7 @@
 -- ARGV[1]  the owner field
 -- ARGV[2]  the message ("0": wakes one waiter per Client, a writer in practice)
 -- ARGV[3]  '' or the read count the owner must have (the undo of an acquisition whose reply was lost)
--- ARGV[4]  '' or the request id
+-- ARGV[4]  '' or the request, '!' or '?' then its id (see rlock_release.lua)
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 -- ARGV[6]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
 --
@@ -22,7 +22,8 @@ end
 if ARGV[3] ~= '' and count ~= ARGV[3] then
   return -1
 end
-if ARGV[4] ~= '' and redis.call('hget', KEYS[3], owner) == ARGV[4] then
+local request = string.sub(ARGV[4], 2)
+if string.sub(ARGV[4], 1, 1) == '?' and redis.call('hget', KEYS[3], owner) == request then
   return tonumber(count)
 end
 local prefix = ARGV[6] .. ':'
@@ -30,7 +31,7 @@ count = redis.call('hincrby', KEYS[1], owner, -1)
 redis.call('del', prefix .. owner .. ':rwlock_timeout:' .. (count + 1))
 if count > 0 then
   if ARGV[4] ~= '' then
-    redis.call('hset', KEYS[3], owner, ARGV[4])
+    redis.call('hset', KEYS[3], owner, request)
     local ttl = redis.call('pttl', KEYS[1])
     if ttl > 0 then
       redis.call('pexpire', KEYS[3], ttl)

@@ -7,7 +7,7 @@
 -- ARGV[1]  the owner's writer field, "<owner>:write"
 -- ARGV[2]  the message ("1", Redisson's READ_UNLOCK_MESSAGE: wakes every waiter)
 -- ARGV[3]  '' or the write count the owner must have (the undo of an acquisition whose reply was lost)
--- ARGV[4]  '' or the request id
+-- ARGV[4]  '' or the request, '!' or '?' then its id (see rlock_release.lua)
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 --
 -- Returns -1 when the owner does not hold the write lock (or its count is not ARGV[3]): nothing changed;
@@ -20,13 +20,14 @@ end
 if ARGV[3] ~= '' and count ~= ARGV[3] then
   return -1
 end
-if ARGV[4] ~= '' and redis.call('hget', KEYS[3], writer) == ARGV[4] then
+local request = string.sub(ARGV[4], 2)
+if string.sub(ARGV[4], 1, 1) == '?' and redis.call('hget', KEYS[3], writer) == request then
   return tonumber(count)
 end
 count = redis.call('hincrby', KEYS[1], writer, -1)
 if count > 0 then
   if ARGV[4] ~= '' then
-    redis.call('hset', KEYS[3], writer, ARGV[4])
+    redis.call('hset', KEYS[3], writer, request)
     local ttl = redis.call('pttl', KEYS[1])
     if ttl > 0 then
       redis.call('pexpire', KEYS[3], ttl)

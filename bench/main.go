@@ -1,0 +1,534 @@
+// Command bench measures relock against its peers (rueidislock, go-redsync, bsm/redislock) and against
+// the floors (PINGs, relock's scripts run raw), side by side in one run, on redis-server processes it
+// starts itself, and writes docs/benchmarks.md and docs/benchmarks.svg.
+//
+//	make bench                       # from the repository root: cd bench && go run . -quick
+//	cd bench && go run . [-quick] [-out ../docs]
+//
+// Every figure is a ratio against a floor or a peer measured in the same run: absolute times on a shared
+// machine are noisy.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+var (
+	quick = flag.Bool("quick", false, "a run of about a minute")
+	out   = flag.String("out", "../docs", "where to write benchmarks.md and benchmarks.svg")
+)
+
+// dur scales a scenario's duration: quick mode runs each for a fraction.
+func dur(full time.Duration) time.Duration {
+	if *quick {
+		return full / 4
+	}
+	return full
+}
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	srv, err := redistest.StartServer()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Stop()
+	r := &report{started: time.Now()}
+	r.machine()
+
+	uncontended(r, srv)
+	parallel(r, srv)
+	handoff(r, srv)
+	watchdog(r)
+	redlockVsRedsync(r)
+	relockOnly(r, srv)
+
+	if err := r.write(*out); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("wrote %s and %s\n", filepath.Join(*out, "benchmarks.md"), filepath.Join(*out, "benchmarks.svg"))
+}
+
+// peers makes every library on one server (redsync on that one server).
+func peers(addr string) []locker {
+	rl, err := newRelock(addr, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rue, err := newRueidisLock(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return []locker{rl, rue, newRedsync(addr), newRedislock(addr)}
+}
+
+// latencies measures fn n times (after a warm-up) and returns the sorted durations.
+func latencies(d time.Duration, fn func() error) []time.Duration {
+	for range 50 {
+		if err := fn(); err != nil {
+			log.Fatal(err)
+		}
+	}
+	var ds []time.Duration
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		t0 := time.Now()
+		if err := fn(); err != nil {
+			log.Fatal(err)
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	slices.Sort(ds)
+	return ds
+}
+
+func pct(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[min(int(float64(len(ds))*p), len(ds)-1)]
+}
+
+func mean(ds []time.Duration) time.Duration {
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(max(len(ds), 1))
+}
+
+// allocsPerOp runs fn n times and returns the heap allocations per call (every goroutine's, so background
+// work counts too).
+func allocsPerOp(n int, fn func() error) float64 {
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	for range n {
+		if err := fn(); err != nil {
+			log.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&b)
+	return float64(b.Mallocs-a.Mallocs) / float64(n)
+}
+
+// uncontended: one goroutine, Lock+Unlock, interleaved with two PINGs and the raw scripts.
+func uncontended(r *report, srv *redistest.Server) {
+	ctx := context.Background()
+	ls := peers(srv.Addr())
+	defer closeAll(ls)
+	rdb, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	defer rdb.Close()
+	raw := newRawScripts(rdb)
+	floors := map[string]func() error{
+		"two PINGs": func() error {
+			if err := rdb.Do(ctx, rdb.B().Ping().Build()).Error(); err != nil {
+				return err
+			}
+			return rdb.Do(ctx, rdb.B().Ping().Build()).Error()
+		},
+		"raw scripts": func() error { return raw.lockUnlock(ctx) },
+	}
+	ops := map[string]func() error{}
+	for k, v := range floors {
+		ops[k] = v
+	}
+	for _, l := range ls {
+		ops[l.name()] = func() error {
+			unlock, err := l.lock(ctx, "bench:uncontended:"+l.name())
+			if err != nil {
+				return err
+			}
+			return unlock()
+		}
+	}
+	// Interleave: every round runs each operation once, so noise hits them alike.
+	names := []string{"two PINGs", "raw scripts"}
+	for _, l := range ls {
+		names = append(names, l.name())
+	}
+	samples := map[string][]time.Duration{}
+	for end := time.Now().Add(dur(20 * time.Second)); time.Now().Before(end); {
+		for _, n := range names {
+			t0 := time.Now()
+			if err := ops[n](); err != nil {
+				log.Fatalf("%s: %v", n, err)
+			}
+			samples[n] = append(samples[n], time.Since(t0))
+		}
+	}
+	sec := section{title: "1. Uncontended Lock+Unlock, one goroutine",
+		note: "Each round runs every operation once, interleaved. Target: relock ≤ 1.1 × the raw scripts, and faster than every peer.",
+		head: []string{"", "p50", "p99", "mean", "allocs/op", "× raw scripts"}}
+	rawMean := 0.0
+	for _, n := range names {
+		ds := samples[n]
+		slices.Sort(ds)
+		if n == "raw scripts" {
+			rawMean = float64(mean(ds))
+		}
+	}
+	for _, n := range names {
+		ds := samples[n]
+		sec.rows = append(sec.rows, []string{n, us(pct(ds, .5)), us(pct(ds, .99)), us(mean(ds)),
+			fmt.Sprintf("%.0f", allocsPerOp(200, ops[n])), fmt.Sprintf("%.2f", float64(mean(ds))/rawMean)})
+		r.chart1 = append(r.chart1, bar{n, float64(mean(ds).Microseconds())})
+	}
+	relockMean := float64(mean(samples["relock"]))
+	bestPeer, bestName := 0.0, ""
+	for _, l := range ls[1:] {
+		if m := float64(mean(samples[l.name()])); bestPeer == 0 || m < bestPeer {
+			bestPeer, bestName = m, l.name()
+		}
+	}
+	sec.verdicts = append(sec.verdicts,
+		verdict(relockMean/rawMean <= 1.1, "relock = %.2f × the raw scripts (target ≤ 1.1)", relockMean/rawMean),
+		verdict(relockMean < bestPeer, "relock = %.2f × the fastest peer, %s (target < 1)", relockMean/bestPeer, bestName))
+	r.add(sec)
+}
+
+// parallel: 64 goroutines on distinct keys, lock/unlock pairs per second.
+func parallel(r *report, srv *redistest.Server) {
+	ctx := context.Background()
+	ls := peers(srv.Addr())
+	defer closeAll(ls)
+	rdb, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	defer rdb.Close()
+	raw := newRawScripts(rdb)
+	run := func(op func(g int) error) float64 {
+		var n atomic.Int64
+		end := time.Now().Add(dur(8 * time.Second))
+		var wg sync.WaitGroup
+		for g := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					if err := op(g); err != nil {
+						log.Fatal(err)
+					}
+					n.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(n.Load()) / dur(8*time.Second).Seconds()
+	}
+	sec := section{title: "2. 64 goroutines on 64 keys", note: "Lock+Unlock pairs per second. Target: relock ≥ 2 × the best peer.",
+		head: []string{"", "pairs/s", "× best peer"}}
+	rates := map[string]float64{"raw scripts": run(func(g int) error { return raw.forKey(g).lockUnlock(ctx) })}
+	names := []string{"raw scripts"}
+	for _, l := range ls {
+		rates[l.name()] = run(func(g int) error {
+			unlock, err := l.lock(ctx, fmt.Sprintf("bench:parallel:%s:%d", l.name(), g))
+			if err != nil {
+				return err
+			}
+			return unlock()
+		})
+		names = append(names, l.name())
+	}
+	best, bestName := 0.0, ""
+	for _, l := range ls[1:] {
+		if rates[l.name()] > best {
+			best, bestName = rates[l.name()], l.name()
+		}
+	}
+	for _, n := range names {
+		sec.rows = append(sec.rows, []string{n, fmt.Sprintf("%.0f", rates[n]), fmt.Sprintf("%.2f", rates[n]/best)})
+		r.chart2 = append(r.chart2, bar{n, rates[n]})
+	}
+	sec.verdicts = append(sec.verdicts, verdict(rates["relock"] >= 2*best, "relock = %.2f × the best peer, %s (target ≥ 2)", rates["relock"]/best, bestName))
+	r.add(sec)
+}
+
+// handoff: two owners on two handles alternate, each holding 1 ms while the other waits; then 8 waiters
+// over two handles.
+func handoff(r *report, srv *redistest.Server) {
+	ctx := context.Background()
+	a, b := peers(srv.Addr()), peers(srv.Addr())
+	defer closeAll(a)
+	defer closeAll(b)
+	sec := section{title: "3. Handoff", note: "Time from one owner's Unlock call to the next owner's acquisition, owners on two handles (clients), each holding 1 ms while the others wait. With 8 waiters, min/max are acquisitions per waiter. Target: relock's p50 below rueidislock's, and no waiter starved.",
+		head: []string{"", "2 owners p50", "2 owners p99", "8 waiters p50", "8 waiters p99", "8 waiters min/max"}}
+	var relock2, rue2 time.Duration
+	for i := range a {
+		two := alternate(ctx, []locker{a[i], b[i]}, 2, dur(8*time.Second))
+		eight := alternate(ctx, []locker{a[i], b[i]}, 8, dur(8*time.Second))
+		sec.rows = append(sec.rows, []string{a[i].name(), us(pct(two.handoffs, .5)), us(pct(two.handoffs, .99)),
+			us(pct(eight.handoffs, .5)), us(pct(eight.handoffs, .99)), fmt.Sprintf("%d / %d", eight.min, eight.max)})
+		switch a[i].name() {
+		case "relock":
+			relock2 = pct(two.handoffs, .5)
+			sec.verdicts = append(sec.verdicts, verdict(eight.min > 0, "relock: fewest acquisitions by one of 8 waiters: %d (target > 0)", eight.min))
+		case "rueidislock":
+			rue2 = pct(two.handoffs, .5)
+		}
+	}
+	sec.verdicts = append(sec.verdicts, verdict(relock2 < rue2, "relock p50 %s against rueidislock's %s (target: below)", us(relock2), us(rue2)))
+	r.add(sec)
+}
+
+type handoffResult struct {
+	handoffs []time.Duration
+	min, max int
+}
+
+// alternate runs n owners (split over the handles in ls) that each take the lock, hold it 1 ms and let go,
+// for d, and records the handoff latencies and acquisitions per owner.
+func alternate(ctx context.Context, ls []locker, n int, d time.Duration) handoffResult {
+	var (
+		mu       sync.Mutex
+		handoffs []time.Duration
+		counts   = make([]int, n)
+		last     atomic.Int64
+		wg       sync.WaitGroup
+	)
+	key := fmt.Sprintf("bench:handoff:%s:%d", ls[0].name(), n)
+	end := time.Now().Add(d)
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := ls[w%len(ls)]
+			for time.Now().Before(end) {
+				lctx, cancel := context.WithDeadline(ctx, end.Add(time.Second))
+				unlock, err := l.lock(lctx, key)
+				cancel()
+				if err != nil {
+					return // the run ended while waiting
+				}
+				at := time.Now()
+				mu.Lock()
+				if r := last.Load(); r != 0 {
+					handoffs = append(handoffs, at.Sub(time.Unix(0, r)))
+				}
+				counts[w]++
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				last.Store(time.Now().UnixNano())
+				if err := unlock(); err != nil {
+					log.Fatal(err)
+				}
+				if n == 2 {
+					time.Sleep(100 * time.Microsecond) // let the other owner, already waiting, take it
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(handoffs)
+	return handoffResult{handoffs: handoffs, min: slices.Min(counts), max: slices.Max(counts)}
+}
+
+// watchdog: round trips (script runs, sent together) and CPU per renewal period for 1,000 and 10,000
+// held locks.
+func watchdog(r *report) {
+	sec := section{title: "4. Watchdog renewal", note: "One Client holding N locks without a lease, watchdog timeout 3 s (a period of 1 s), for several periods. Script runs of up to 500 holds go out together, in one write: one round trip per batch. Target: ≤ 10 round trips per period at 10,000.",
+		head: []string{"held locks", "batches/period", "script runs/period", "client CPU/period", "Redis CPU/period"}}
+	for _, n := range []int{1000, 10000} {
+		srv, err := redistest.StartServer()
+		if err != nil {
+			log.Fatal(err)
+		}
+		c, err := relock.New([]string{srv.Addr()}, &relock.Options{WatchdogTimeout: 3 * time.Second})
+		if err != nil {
+			log.Fatal(err)
+		}
+		rdb, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+		ctx := relock.WithOwner(context.Background(), "holder")
+		var wg sync.WaitGroup
+		for g := range 50 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := g; i < n; i += 50 {
+					if err := c.Lock(fmt.Sprintf("held:%d", i)).Lock(ctx); err != nil {
+						log.Fatal(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		rdb.Do(ctx, rdb.B().ConfigResetstat().Build())
+		periods := 4
+		cpu0 := cpuTime()
+		time.Sleep(time.Duration(periods) * time.Second)
+		cpu := cpuTime() - cpu0
+		calls, usec := evalshaStats(rdb)
+		runs := float64(calls) / float64(periods)
+		batches := runs / float64((n+499)/500)
+		sec.rows = append(sec.rows, []string{fmt.Sprint(n), fmt.Sprintf("%.1f", batches), fmt.Sprintf("%.1f", runs),
+			ms(cpu / time.Duration(periods)), ms(time.Duration(usec/float64(periods)) * time.Microsecond)})
+		if n == 10000 {
+			sec.verdicts = append(sec.verdicts, verdict(batches <= 10, "%.1f round trips per period at 10,000 held locks (target ≤ 10)", batches))
+		}
+		c.Close()
+		rdb.Close()
+		srv.Stop()
+	}
+	r.add(sec)
+}
+
+// redlockVsRedsync: N = 5 nodes, Lock+Unlock, all up, then one paused.
+func redlockVsRedsync(r *report) {
+	var servers []*redistest.Server
+	var addrs []string
+	for range 5 {
+		s, err := redistest.StartServer()
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer s.Stop()
+		servers = append(servers, s)
+		addrs = append(addrs, s.Addr())
+	}
+	ctx := context.Background()
+	var parts []relock.Lockable
+	for _, a := range addrs {
+		c, err := relock.New([]string{a}, nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer c.Close()
+		parts = append(parts, c.Lock("bench:redlock"))
+	}
+	rl := relock.NewRedLock(parts, nil)
+	rs := newRedsync(addrs...)
+	defer rs.close()
+	ops := map[string]func() error{
+		"relock RedLock": func() error {
+			if err := rl.Lock(ctx); err != nil {
+				return err
+			}
+			return rl.Unlock(ctx)
+		},
+		"redsync": func() error {
+			unlock, err := rs.lock(ctx, "bench:redsync")
+			if err != nil {
+				return err
+			}
+			return unlock()
+		},
+	}
+	sec := section{title: "5. RedLock, N = 5", note: "Lock+Unlock over 5 nodes (on this one machine), all up, then with one paused (SIGSTOP). relock's node timeout defaults to TTL/20 capped at 500 ms (30 s watchdog: 500 ms); redsync's is expiry × 0.05 (8 s: 400 ms).",
+		head: []string{"", "all up p50", "all up p99", "one paused p50", "one paused p99"}}
+	up := map[string][]time.Duration{}
+	for _, n := range []string{"relock RedLock", "redsync"} {
+		up[n] = latencies(dur(8*time.Second), ops[n])
+	}
+	if err := servers[4].Pause(); err != nil {
+		log.Fatal(err)
+	}
+	paused := map[string][]time.Duration{}
+	for _, n := range []string{"relock RedLock", "redsync"} {
+		paused[n] = latencies(dur(8*time.Second), ops[n])
+	}
+	_ = servers[4].Resume()
+	for _, n := range []string{"relock RedLock", "redsync"} {
+		sec.rows = append(sec.rows, []string{n, us(pct(up[n], .5)), us(pct(up[n], .99)), us(pct(paused[n], .5)), us(pct(paused[n], .99))})
+	}
+	sec.verdicts = append(sec.verdicts, verdict(mean(up["relock RedLock"]) < mean(up["redsync"]), "all up, relock = %.2f × redsync (mean)", float64(mean(up["relock RedLock"]))/float64(mean(up["redsync"]))))
+	r.add(sec)
+}
+
+// relockOnly: FairLock handoff and ReadWriteLock read throughput, which the peers do not offer.
+func relockOnly(r *report, srv *redistest.Server) {
+	ctx := context.Background()
+	a, _ := relock.New([]string{srv.Addr()}, nil)
+	b, _ := relock.New([]string{srv.Addr()}, nil)
+	defer a.Close()
+	defer b.Close()
+	sec := section{title: "6. FairLock and ReadWriteLock (relock only)", head: []string{"", "result"}}
+	fair := alternate(ctx, []locker{fairLocker{a}, fairLocker{b}}, 8, dur(8*time.Second))
+	violations := 0 // with everyone queued and 1 ms holds, FIFO means a fixed cycle
+	sec.rows = append(sec.rows, []string{"FairLock handoff, 8 waiters over 2 Clients", fmt.Sprintf("p50 %s, p99 %s, acquisitions per waiter %d–%d", us(pct(fair.handoffs, .5)), us(pct(fair.handoffs, .99)), fair.min, fair.max)})
+	_ = violations
+	var n atomic.Int64
+	end := time.Now().Add(dur(8 * time.Second))
+	var wg sync.WaitGroup
+	rw := a.ReadWriteLock("bench:rw")
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				if err := rw.ReadLock().Lock(ctx); err != nil {
+					log.Fatal(err)
+				}
+				if err := rw.ReadLock().Unlock(ctx); err != nil {
+					log.Fatal(err)
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	sec.rows = append(sec.rows, []string{"ReadWriteLock read Lock+Unlock, 32 goroutines on one lock", fmt.Sprintf("%.0f pairs/s", float64(n.Load())/dur(8*time.Second).Seconds())})
+	r.add(sec)
+}
+
+// fairLocker adapts relock's FairLock for alternate.
+type fairLocker struct{ c *relock.Client }
+
+func (f fairLocker) name() string { return "relock-fair" }
+func (f fairLocker) lock(ctx context.Context, key string) (func() error, error) {
+	l := f.c.FairLock(key)
+	if err := l.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return func() error { return l.Unlock(context.WithoutCancel(ctx)) }, nil
+}
+func (f fairLocker) close() {}
+
+func closeAll(ls []locker) {
+	for _, l := range ls {
+		l.close()
+	}
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// evalshaStats returns EVALSHA's calls and CPU microseconds since the last CONFIG RESETSTAT.
+func evalshaStats(rdb rueidis.Client) (calls int64, usec float64) {
+	info, _ := rdb.Do(context.Background(), rdb.B().Info().Section("commandstats").Build()).ToString()
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+			fmt.Sscanf(strings.ReplaceAll(rest, ",", " "), "calls=%d usec=%f", &calls, &usec)
+		}
+	}
+	return calls, usec
+}
+
+// redisVersion asks redis-server for its version line.
+func redisVersion() string {
+	out, err := exec.Command("redis-server", "--version").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+

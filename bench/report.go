@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"html"
+	"log"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// report collects the sections and writes them as Markdown, with an SVG chart of scenarios 1 and 2.
+type report struct {
+	started  time.Time
+	header   []string
+	sections []section
+	chart1   []bar // mean µs per Lock+Unlock
+	chart2   []bar // pairs per second, 64 goroutines
+}
+
+type section struct {
+	title, note string
+	head        []string
+	rows        [][]string
+	verdicts    []string
+}
+
+type bar struct {
+	label string
+	value float64
+}
+
+func (r *report) add(s section) {
+	r.sections = append(r.sections, s)
+	fmt.Println("done:", s.title)
+}
+
+// verdict states a target as met or missed, plainly.
+func verdict(met bool, format string, args ...any) string {
+	mark := "**met**"
+	if !met {
+		mark = "**missed**"
+	}
+	return mark + ": " + fmt.Sprintf(format, args...)
+}
+
+func (r *report) machine() {
+	host, _ := os.Hostname()
+	cpu := "unknown"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if name, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(name), ":"))
+				break
+			}
+		}
+	}
+	mode := "full"
+	if *quick {
+		mode = "quick (-quick)"
+	}
+	r.header = []string{
+		"Date: " + r.started.UTC().Format("2006-01-02 15:04 MST"),
+		fmt.Sprintf("Machine: %s, %d CPUs (%s), %s/%s, %s", host, runtime.NumCPU(), cpu, runtime.GOOS, runtime.GOARCH, runtime.Version()),
+		"Redis: " + redisVersion() + ", started on loopback by the benchmark, persistence off",
+		"Command: `cd bench && go run . " + strings.Join(os.Args[1:], " ") + "` (mode: " + mode + ")",
+		"Peers: rueidislock (rueidis " + moduleVersion("github.com/redis/rueidis") + ", defaults), go-redsync " + moduleVersion("github.com/go-redsync/redsync/v4") +
+			" (go-redis v9 pool, defaults), bsm/redislock " + moduleVersion("github.com/bsm/redislock") + " (10 ms linear backoff while waiting)",
+	}
+}
+
+func (r *report) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("# relock benchmarks\n\n")
+	for _, h := range r.header {
+		b.WriteString("- " + h + "\n")
+	}
+	b.WriteString("\nEvery figure compares measurements of one run: absolute times on a shared machine are noisy, ratios less so. " +
+		"All libraries talk to the same redis-server(s), on the same machine as the benchmark.\n\n")
+	b.WriteString("![Lock+Unlock latency and throughput](benchmarks.svg)\n\n")
+	for _, s := range r.sections {
+		b.WriteString("## " + s.title + "\n\n")
+		if s.note != "" {
+			b.WriteString(s.note + "\n\n")
+		}
+		b.WriteString("| " + strings.Join(s.head, " | ") + " |\n|")
+		for range s.head {
+			b.WriteString(" --- |")
+		}
+		b.WriteString("\n")
+		for _, row := range s.rows {
+			b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+		}
+		b.WriteString("\n")
+		for _, v := range s.verdicts {
+			b.WriteString("- " + v + "\n")
+		}
+		if len(s.verdicts) > 0 {
+			b.WriteString("\n")
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "benchmarks.md"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "benchmarks.svg"), []byte(r.svg()), 0o644)
+}
+
+// svg draws two horizontal bar charts: mean Lock+Unlock latency, and pairs per second at 64 goroutines.
+func (r *report) svg() string {
+	const width, rowH, labelW, barW = 760, 26, 150, 480
+	var b strings.Builder
+	height := 40 + (len(r.chart1)+len(r.chart2))*rowH + 90
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	y := 24
+	chart := func(title, unit string, bars []bar, lowerIsBetter bool) {
+		fmt.Fprintf(&b, `<text x="10" y="%d" font-weight="bold">%s</text>`+"\n", y, html.EscapeString(title))
+		y += 12
+		maxV := 0.0
+		for _, x := range bars {
+			maxV = max(maxV, x.value)
+		}
+		for _, x := range bars {
+			w := int(x.value / maxV * barW)
+			color := "#9aa5b1"
+			if x.label == "relock" {
+				color = "#2b7bb9"
+			} else if strings.Contains(x.label, "PING") || strings.Contains(x.label, "raw") {
+				color = "#c9ced4"
+			}
+			fmt.Fprintf(&b, `<text x="10" y="%d">%s</text>`, y+17, html.EscapeString(x.label))
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`, labelW, y+4, max(w, 1), rowH-8, color)
+			fmt.Fprintf(&b, `<text x="%d" y="%d">%s %s</text>`+"\n", labelW+max(w, 1)+6, y+17, strconv.FormatFloat(x.value, 'f', 0, 64), unit)
+			y += rowH
+		}
+		hint := "higher is better"
+		if lowerIsBetter {
+			hint = "lower is better"
+		}
+		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#666" font-size="11">%s</text>`+"\n", labelW, y+12, hint)
+		y += 36
+	}
+	chart("Uncontended Lock+Unlock, mean", "µs", r.chart1, true)
+	chart("64 goroutines on 64 keys, Lock+Unlock pairs per second", "/s", r.chart2, false)
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+// moduleVersion reads a dependency's version from go.mod.
+func moduleVersion(path string) string {
+	b, err := os.ReadFile("go.mod")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == path {
+			return f[1]
+		}
+	}
+	return "?"
+}
+
+// rawScripts runs relock's own acquire and release scripts (read from ../lua) straight through rueidis,
+// with the keys and arguments relock passes: the floor any library using them pays.
+type rawScripts struct {
+	rdb              rueidis.Client
+	acquire, release *rueidis.Lua
+	key              string
+}
+
+func newRawScripts(rdb rueidis.Client) *rawScripts {
+	load := func(name string) *rueidis.Lua {
+		src, err := os.ReadFile(filepath.Join("..", "lua", name+".lua"))
+		if err != nil {
+			log.Fatalf("reading relock's scripts (run from bench/): %v", err)
+		}
+		return rueidis.NewLuaScript(string(src))
+	}
+	return &rawScripts{rdb: rdb, acquire: load("rlock_acquire"), release: load("rlock_release"), key: "bench:raw"}
+}
+
+func (r *rawScripts) forKey(g int) *rawScripts {
+	c := *r
+	c.key = "bench:raw:" + strconv.Itoa(g)
+	return &c
+}
+
+func (r *rawScripts) lockUnlock(ctx context.Context) error {
+	field := "00000000-0000-0000-0000-000000000000:1"
+	got, err := r.acquire.Exec(ctx, r.rdb, []string{r.key}, []string{"30000", field}).AsIntSlice()
+	if err != nil {
+		return err
+	}
+	if len(got) != 3 || got[0] != 1 {
+		return fmt.Errorf("raw acquire replied %v", got)
+	}
+	keys := []string{r.key, "redisson_lock__channel:{" + r.key + "}", "relock_release:{" + r.key + "}"}
+	return r.release.Exec(ctx, r.rdb, keys, []string{field, "0", "", "r1", "publish"}).Error()
+}
