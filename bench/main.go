@@ -531,4 +531,3 @@ func redisVersion() string {
 	}
 	return strings.TrimSpace(string(out))
 }
-
