@@ -61,7 +61,7 @@ func newRawLock(b *testing.B, rdb rueidis.Client, name, owner string) *rawLock {
 		acqKeys: []string{name},
 		relKeys: []string{name, "redisson_lock__channel:{" + name + "}", "relock_release:{" + name + "}"},
 		acqArgs: []string{"30000", field},
-		relArgs: []string{field, "0", "", "r1"},
+		relArgs: []string{field, "0", "", "!r1", "publish"},
 	}
 }
 

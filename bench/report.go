@@ -205,5 +205,5 @@ func (r *rawScripts) lockUnlock(ctx context.Context) error {
 		return fmt.Errorf("raw acquire replied %v", got)
 	}
 	keys := []string{r.key, "redisson_lock__channel:{" + r.key + "}", "relock_release:{" + r.key + "}"}
-	return r.release.Exec(ctx, r.rdb, keys, []string{field, "0", "", "r1", "publish"}).Error()
+	return r.release.Exec(ctx, r.rdb, keys, []string{field, "0", "", "!r1", "publish"}).Error()
 }
