@@ -445,8 +445,16 @@ func (w *watchdog) tick(now time.Time) time.Duration {
 	for _, h := range later {
 		heap.Push(&w.queue, h)
 	}
-	for _, h := range due {
+	// What the batch sends is copied now, under the lock: an owner's attempt may update its hold's renewal
+	// (a waiting owner's queue entry) while the batch is out.
+	jobs := make([]renewal, len(due))
+	deadline := now.Add(w.timeout / 3)
+	for i, h := range due {
 		h.inflight = true
+		jobs[i] = h.renew
+		if h.expiresAt.Before(deadline) {
+			deadline = h.expiresAt
+		}
 	}
 	wait := time.Duration(-1)
 	w.sleepUntil = now.Add(100 * 365 * 24 * time.Hour)
@@ -457,24 +465,18 @@ func (w *watchdog) tick(now time.Time) time.Duration {
 	w.mu.Unlock()
 	reportAll(w.c.tel, ended)
 	if len(due) > 0 {
-		w.renew(due, now)
+		w.renew(due, jobs, now, deadline)
 	}
 	return wait
 }
 
-// renew sends one batch of renewals in the background and applies their outcomes. The batch gives up
-// when the first of its holds expires, or after timeout/3: the holds it could not renew are tried again
-// shortly, until each one's expiry.
-func (w *watchdog) renew(due []*hold, sentAt time.Time) {
-	deadline := sentAt.Add(w.timeout / 3)
-	for _, h := range due {
-		if h.expiresAt.Before(deadline) {
-			deadline = h.expiresAt
-		}
-	}
+// renew sends one batch of renewals (jobs[i] renews due[i]) in the background and applies their outcomes.
+// The batch gives up at deadline: when the first of its holds expires, or after timeout/3. The holds it
+// could not renew are tried again shortly, until each one's expiry.
+func (w *watchdog) renew(due []*hold, jobs []renewal, sentAt, deadline time.Time) {
 	ok := w.c.goBackground(func(life context.Context) {
 		ctx, cancel := context.WithDeadline(life, deadline)
-		results, err := w.runRenewals(ctx, due)
+		results, err := w.runRenewals(ctx, jobs)
 		cancel()
 		w.applyRenewals(due, results, err, sentAt)
 	})
@@ -483,10 +485,10 @@ func (w *watchdog) renew(due []*hold, sentAt time.Time) {
 	}
 }
 
-// runRenewals runs the renewal scripts for due: per script (and, on a cluster, per slot: one run never
+// runRenewals runs the renewals due: per script (and, on a cluster, per slot: one run never
 // mixes slots), runs of up to renewBatchSize holds, all sent at once, so that rueidis pipelines them to
 // each node in one write. results[i] is 1 (renewed), 0 (gone) or -1 (no answer) for due[i].
-func (w *watchdog) runRenewals(ctx context.Context, due []*hold) ([]int64, error) {
+func (w *watchdog) runRenewals(ctx context.Context, due []renewal) ([]int64, error) {
 	results := make([]int64, len(due))
 	type group struct {
 		script *script
@@ -495,11 +497,11 @@ func (w *watchdog) runRenewals(ctx context.Context, due []*hold) ([]int64, error
 	groups := make(map[group][]int)
 	var order []group
 	byScript := make(map[*script][]group)
-	for i, h := range due {
+	for i, r := range due {
 		results[i] = -1
-		g := group{script: h.renew.script}
+		g := group{script: r.script}
 		if w.c.cluster {
-			g.slot = slot(h.renew.keys[0])
+			g.slot = slot(r.keys[0])
 		}
 		if _, ok := groups[g]; !ok {
 			order = append(order, g)
@@ -524,8 +526,8 @@ func (w *watchdog) runRenewals(ctx context.Context, due []*hold) ([]int64, error
 				part := idx[b:min(b+renewBatchSize, len(idx))]
 				exec := rueidis.LuaExec{Args: []string{ttl}}
 				for _, i := range part {
-					exec.Keys = append(exec.Keys, due[i].renew.keys...)
-					exec.Args = append(exec.Args, due[i].renew.args...)
+					exec.Keys = append(exec.Keys, due[i].keys...)
+					exec.Args = append(exec.Args, due[i].args...)
 				}
 				execs, parts = append(execs, exec), append(parts, part)
 			}

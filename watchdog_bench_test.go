@@ -42,9 +42,9 @@ func BenchmarkRenewalBatch(b *testing.B) {
 			}
 			wg.Wait()
 			c.watchdog.mu.Lock()
-			holds := make([]*hold, 0, len(c.watchdog.holds))
+			holds := make([]renewal, 0, len(c.watchdog.holds))
 			for _, h := range c.watchdog.holds {
-				holds = append(holds, h)
+				holds = append(holds, h.renew)
 			}
 			c.watchdog.mu.Unlock()
 			if len(holds) != n {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -444,4 +445,67 @@ func TestLostUnlockReplyIsCompleted(t *testing.T) {
 	if n, _ := do(t, rdb, "EXISTS", "lost-unlock").AsInt64(); n != 0 {
 		t.Fatal("the lock is left after the last Unlock")
 	}
+}
+
+// Waiters that keep retrying while the watchdog refreshes their queue entries: each retry updates the
+// entry the watchdog is renewing. Priority writers wait for a reader; spurious release messages make them
+// retry all the time, and latency on their link keeps renewal batches out a good part of the time, so
+// retries land while one is out. The entries must stay alive. (A renewal batch once read an entry's
+// renewal unguarded while a retry rewrote it; the race detector saw it only when nothing else happened to
+// order the two, here rarely: cmd/relock's TestDemoInProcess caught it twice in 15 runs.)
+func TestQueueEntriesRefreshedWhileWaitersRetry(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy, err := faultnet.Start(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	proxy.SetLatency(5 * time.Millisecond)
+
+	holder := newClient(t, srv, &relock.Options{WatchdogTimeout: 300 * time.Millisecond})
+	waiters, err := relock.New([]string{proxy.Addr}, &relock.Options{WatchdogTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiters.Close()
+	ctx := ctxTimeout(t, 20*time.Second)
+	const name = "refreshed"
+	if err := holder.ReadWriteLock(name).ReadLock().Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := waiters.ReadWriteLock(name, relock.WithWriterPriority()).WriteLock()
+			if err := w.Lock(relock.WithOwner(wctx, "w"+strconv.Itoa(i))); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("writer %d: %v", i, err)
+			}
+		}()
+	}
+	eventually(t, 5*time.Second, "writers waiting", func() bool {
+		st, err := holder.Inspect(ctx, name)
+		return err == nil && st.QueueLen == 4
+	})
+	rdb := rawClient(t, srv)
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		do(t, rdb, "PUBLISH", "redisson_rwlock:{"+name+"}", "1") // wakes every waiter
+	}
+	st, err := holder.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.QueueLen != 4 {
+		t.Fatalf("waiting writers %+v: want the 4, kept alive", st.Queue)
+	}
+	for i, w := range st.Queue {
+		if w.Expires <= 0 {
+			t.Fatalf("writer entry %d = %+v: expired", i, w)
+		}
+	}
+	wg.Wait()
 }
