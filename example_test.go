@@ -225,3 +225,22 @@ func ExampleClient_ReadWriteLock() {
 	// writer while reading: false
 	// writer after readers left: true
 }
+
+// Inspect tells who holds a lock, for how long, and who waits: for health pages and operators' tools (the
+// relock command's inspect, list and watch are built on it).
+func ExampleClient_Inspect() {
+	ctx := relock.WithOwner(context.Background(), "nightly-report")
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	l := c.Lock("example:inspect", relock.WithFencing())
+	_ = l.Lock(ctx)
+	defer l.Unlock(ctx)
+
+	st, err := c.Inspect(ctx, "example:inspect")
+	if err != nil {
+		panic(err)
+	}
+	h := st.Holders[0]
+	fmt.Println(st.Kind, st.Locked, h.Token, h.Count, h.ClientID == c.ID(), st.FencingToken > 0)
+	// Output: rlock true nightly-report 1 true true
+}
