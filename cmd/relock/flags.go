@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/relock-go/relock"
+)
+
+// defaultRedis is the address used when neither --redis nor $RELOCK_REDIS gives one.
+const defaultRedis = "127.0.0.1:6379"
+
+// common holds the flags every command takes.
+type common struct {
+	redis   string
+	json    bool
+	timeout time.Duration
+}
+
+// register adds the common flags to fs. timeout is the command's default for --timeout.
+func (c *common) register(fs *flag.FlagSet, timeout time.Duration) {
+	def := os.Getenv("RELOCK_REDIS")
+	if def == "" {
+		def = defaultRedis
+	}
+	fs.StringVar(&c.redis, "redis", def, "Redis `address`: host:port, comma-separated cluster seed nodes, or a redis:// URL")
+	fs.BoolVar(&c.json, "json", false, "print JSON, for scripts")
+	fs.DurationVar(&c.timeout, "timeout", timeout, "give up on Redis after this `duration`")
+}
+
+// newFlags returns a flag set for command name whose usage prints synopsis and the flags.
+func newFlags(name, synopsis string, e env) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: relock %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args with fs, allowing flags after positional arguments ("inspect NAME --json"), and
+// returns the positional arguments. "--" ends the flags. A bad flag is a usage error.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > 0 && len(rest) < len(args) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// oneName returns the one lock name a command was given.
+func oneName(args []string) (string, error) {
+	if len(args) != 1 {
+		return "", fmt.Errorf("%w: want one lock name, got %d arguments", errUsage, len(args))
+	}
+	return args[0], nil
+}
+
+// redisOption turns --redis into a rueidis configuration.
+func (c *common) redisOption() (rueidis.ClientOption, error) {
+	addr := strings.TrimSpace(c.redis)
+	if addr == "" {
+		return rueidis.ClientOption{}, fmt.Errorf("%w: --redis is empty", errUsage)
+	}
+	if strings.Contains(addr, "://") {
+		o, err := rueidis.ParseURL(addr)
+		if err != nil {
+			return o, fmt.Errorf("%w: --redis %q: %v", errUsage, addr, err)
+		}
+		return o, nil
+	}
+	var o rueidis.ClientOption
+	for _, a := range strings.Split(addr, ",") {
+		a = strings.TrimSpace(a)
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return o, fmt.Errorf("%w: --redis %q: want host:port: %v", errUsage, a, err)
+		}
+		o.InitAddress = append(o.InitAddress, a)
+	}
+	return o, nil
+}
+
+// connect opens a rueidis client to --redis and wraps it in a relock Client. The caller must call the
+// returned close function. A server that cannot be reached is reported in one line, within --timeout.
+func (c *common) connect(ctx context.Context, opts *relock.Options) (*relock.Client, rueidis.Client, func(), error) {
+	o, err := c.redisOption()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	o.DisableCache = true
+	o.Dialer.Timeout = c.timeout
+	o.ConnWriteTimeout = c.timeout
+	if o.Dialer.Timeout <= 0 {
+		o.Dialer.Timeout = 5 * time.Second
+	}
+	if o.ConnWriteTimeout <= 0 {
+		o.ConnWriteTimeout = 5 * time.Second
+	}
+	rdb, err := rueidis.NewClient(o)
+	if err != nil {
+		return nil, nil, nil, redisError(c.redis, err)
+	}
+	lc, err := relock.Wrap(rdb, opts)
+	if err != nil {
+		rdb.Close()
+		return nil, nil, nil, err
+	}
+	return lc, rdb, func() { lc.Close(); rdb.Close() }, nil
+}
+
+// withTimeout bounds ctx by --timeout (when positive).
+func (c *common) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// ctxOver reports whether ctx has ended, or its deadline has passed: rueidis fails a call with
+// context.DeadlineExceeded as soon as the deadline passes, a moment before ctx.Err says so.
+func ctxOver(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
+// redisError turns an error talking to Redis at addr into one line an operator can act on.
+func redisError(addr string, err error) error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("cannot connect to Redis at %s: connection refused (is redis-server running there? see --redis)", addr)
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("Redis at %s did not answer in time: %v", addr, err)
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("Redis at %s closed the connection: %v", addr, err)
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return fmt.Errorf("cannot resolve the Redis address %s: %v", addr, err)
+	}
+	return fmt.Errorf("Redis at %s: %w", addr, err)
+}

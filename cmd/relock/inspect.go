@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/relock-go/relock"
+)
+
+// lockJSON is a lock's state as --json prints it. Durations are milliseconds; ttl_ms is -1 for a key
+// without expiry. The field names are stable: scripts may rely on them.
+type lockJSON struct {
+	Name         string       `json:"name"`
+	Kind         string       `json:"kind"` // "rlock", "fairlock", "rwlock", or "none" when free
+	Locked       bool         `json:"locked"`
+	Mode         string       `json:"mode,omitempty"` // "read" or "write" for a held rwlock
+	TTLMillis    int64        `json:"ttl_ms"`
+	Holders      []holderJSON `json:"holders"`
+	Queue        []waiterJSON `json:"queue"`
+	QueueLen     int          `json:"queue_len"`
+	FencingToken uint64       `json:"fencing_token"`
+}
+
+type holderJSON struct {
+	Owner     string `json:"owner"`
+	ClientID  string `json:"client_id"`
+	Token     string `json:"token"`
+	Goroutine bool   `json:"goroutine"`
+	Count     int    `json:"count"`
+	Mode      string `json:"mode,omitempty"`
+	TTLMillis int64  `json:"ttl_ms"`
+}
+
+type waiterJSON struct {
+	Position      int    `json:"position"`
+	Owner         string `json:"owner"`
+	ClientID      string `json:"client_id"`
+	Token         string `json:"token"`
+	ExpiresMillis int64  `json:"expires_ms"`
+}
+
+func millis(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return d.Milliseconds()
+}
+
+func toJSON(st relock.LockState) lockJSON {
+	j := lockJSON{Name: st.Name, Kind: kindName(st.Kind), Locked: st.Locked, Mode: st.Mode, TTLMillis: millis(st.TTL),
+		QueueLen: st.QueueLen, FencingToken: st.FencingToken, Holders: []holderJSON{}, Queue: []waiterJSON{}}
+	for _, h := range st.Holders {
+		j.Holders = append(j.Holders, holderJSON{Owner: h.Owner, ClientID: h.ClientID, Token: h.Token,
+			Goroutine: h.GoroutineOwner(), Count: h.Count, Mode: h.Mode, TTLMillis: millis(h.TTL)})
+	}
+	for i, w := range st.Queue {
+		j.Queue = append(j.Queue, waiterJSON{Position: i + 1, Owner: w.Owner, ClientID: w.ClientID, Token: w.Token,
+			ExpiresMillis: w.Expires.Milliseconds()})
+	}
+	return j
+}
+
+func kindName(k relock.LockKind) string {
+	if k == relock.KindNone {
+		return "none"
+	}
+	return string(k)
+}
+
+// kindTitle is a lock kind as people read it.
+func kindTitle(k relock.LockKind) string {
+	switch k {
+	case relock.KindRLock:
+		return "RLock"
+	case relock.KindFairLock:
+		return "FairLock"
+	case relock.KindReadWriteLock:
+		return "ReadWriteLock"
+	}
+	return "free"
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// fmtTTL prints a remaining time to live.
+func fmtTTL(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "no expiry"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return d.Round(100 * time.Millisecond).String()
+	}
+}
+
+// ownerText describes an owner: its token (goroutine or WithOwner), then its Client.
+func ownerText(clientID, token string) string {
+	var who string
+	if isDigits(token) {
+		who = "goroutine " + token
+	} else {
+		who = "owner " + token
+	}
+	if clientID != "" {
+		who += " of client " + clientID
+	}
+	return who
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// summary is one line saying what state the lock is in.
+func summary(st relock.LockState) string {
+	var b strings.Builder
+	switch {
+	case st.Kind == relock.KindNone:
+		b.WriteString("free (no key in Redis)")
+	case !st.Locked:
+		fmt.Fprintf(&b, "%s, free", kindTitle(st.Kind))
+	case st.Mode == "read":
+		fmt.Fprintf(&b, "%s, held for reading by %d owner%s, TTL %s", kindTitle(st.Kind), len(st.Holders), plural(len(st.Holders)), fmtTTL(st.TTL))
+	case st.Mode == "write":
+		fmt.Fprintf(&b, "%s, held for writing, TTL %s", kindTitle(st.Kind), fmtTTL(st.TTL))
+	default:
+		fmt.Fprintf(&b, "%s, held, TTL %s", kindTitle(st.Kind), fmtTTL(st.TTL))
+	}
+	if st.QueueLen > 0 {
+		fmt.Fprintf(&b, ", %d waiting", st.QueueLen)
+	}
+	return b.String()
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// printState prints st for people.
+func printState(w io.Writer, st relock.LockState) {
+	fmt.Fprintf(w, "lock %q: %s\n", st.Name, summary(st))
+	for _, h := range st.Holders {
+		role := "holder"
+		if h.Mode != "" {
+			role = map[string]string{"read": "reader", "write": "writer"}[h.Mode]
+		}
+		fmt.Fprintf(w, "  %-7s %s, hold count %d", role, ownerText(h.ClientID, h.Token), h.Count)
+		if h.Mode == "read" {
+			fmt.Fprintf(w, ", TTL %s", fmtTTL(h.TTL))
+		}
+		fmt.Fprintln(w)
+	}
+	if st.QueueLen > 0 {
+		what := "queue"
+		if st.Kind == relock.KindReadWriteLock {
+			what = "writers waiting with priority"
+		}
+		fmt.Fprintf(w, "  %s (%d):\n", what, st.QueueLen)
+		for i, q := range st.Queue {
+			alive := fmt.Sprintf("entry expires in %s unless refreshed", fmtTTL(q.Expires))
+			if q.Expires <= 0 {
+				alive = "entry expired: its client stopped refreshing it (dropped when it reaches the head)"
+			}
+			fmt.Fprintf(w, "    %d. %s, %s\n", i+1, ownerText(q.ClientID, q.Token), alive)
+		}
+		if st.QueueLen > len(st.Queue) {
+			fmt.Fprintf(w, "    ... and %d more\n", st.QueueLen-len(st.Queue))
+		}
+	}
+	if st.FencingToken > 0 {
+		fmt.Fprintf(w, "  fencing token: %d (the last one issued)\n", st.FencingToken)
+	}
+}
+
+// lockError turns an error of Inspect into what an operator should read.
+func lockError(c *common, name string, err error) error {
+	switch {
+	case errors.Is(err, relock.ErrNotALock):
+		detail := err.Error()
+		if i := strings.Index(detail, notALock); i >= 0 {
+			detail = strings.TrimPrefix(detail[i+len(notALock):], ": ")
+		}
+		return fmt.Errorf("%q is not a lock: %s", name, detail)
+	case errors.Is(err, relock.ErrInvalidName):
+		return fmt.Errorf("%w: %q is not a valid lock name (empty, or a \"}\" outside a {hash tag})", errUsage, name)
+	case errors.Is(err, context.Canceled):
+		return errors.New("interrupted")
+	}
+	return redisError(c.redis, err)
+}
+
+// notALock is relock.ErrNotALock's text, after which its errors say why.
+var notALock = strings.TrimPrefix(relock.ErrNotALock.Error(), "relock: ")
+
+func runInspect(ctx context.Context, e env) error {
+	var c common
+	fs := newFlags("inspect", "inspect [flags] NAME", e)
+	c.register(fs, 5*time.Second)
+	args, err := parse(fs, e.args)
+	if err != nil {
+		return err
+	}
+	name, err := oneName(args)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	lc, _, closeAll, err := c.connect(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	st, err := lc.Inspect(ctx, name)
+	if err != nil {
+		return lockError(&c, name, err)
+	}
+	if c.json {
+		return printJSON(e.stdout, toJSON(st))
+	}
+	printState(e.stdout, st)
+	return nil
+}

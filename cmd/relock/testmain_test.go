@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// relockBin is the relock binary TestMain builds once for the package's end-to-end tests.
+var relockBin string
+
+// buildFlags are the flags relockBin is built with (race_test.go adds -race when the tests have it).
+var buildFlags []string
+
+// binTimeout bounds one run of relockBin.
+const binTimeout = 2 * time.Minute
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "relock-cmd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	relockBin = filepath.Join(dir, "relock")
+	build := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", relockBin, ".")...)
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building relock: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// runBin runs relockBin with args and stdin, and returns its stdout, its stderr and its exit status. It
+// fails t if the binary cannot be run or does not end within binTimeout.
+func runBin(t testing.TB, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), binTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, relockBin, args...)
+	cmd.Env = append(os.Environ(), "RELOCK_REDIS=")
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("relock %s: did not end within %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), binTimeout, &out, &errOut)
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("relock %s: %v", strings.Join(args, " "), err)
+	}
+	return out.String(), errOut.String(), code
+}
