@@ -254,7 +254,9 @@ func (cfg *demoConfig) newLock(nodes []demoNode, writer bool) demoLock {
 		for i, n := range nodes {
 			parts[i] = n.lc.Lock(cfg.Name)
 		}
-		return demoLock{l: relock.NewRedLock(parts, nil)}
+		// The default node timeout, TTL/20, is 50 ms with the demo's 1 s watchdog timeout: too tight on a
+		// loaded machine. A quarter of the TTL still leaves most of it as validity.
+		return demoLock{l: relock.NewRedLock(parts, &relock.RedLockOptions{NodeTimeout: cfg.Watchdog / 4})}
 	default:
 		l := c.Lock(cfg.Name, relock.WithFencing())
 		return demoLock{l: l, fence: l.FencingToken}
@@ -399,11 +401,22 @@ func (w *demoWorker) read(ctx, phase context.Context, locked bool) (demoStats, e
 	return st, nil
 }
 
+// demoAcquire takes l for the owner of ctx. A RedLock's Lock fails when too few masters answered in
+// time; like an application would, the demo then tries again.
+func demoAcquire(ctx context.Context, l relock.Locker) error {
+	for {
+		err := l.Lock(ctx)
+		if err == nil || !errors.Is(err, relock.ErrNoQuorum) || ctxOver(ctx) {
+			return err
+		}
+	}
+}
+
 // underLock runs body, under the worker's lock when locked. It reports over when the phase (or the demo)
 // ended meanwhile: then the worker stops, without an error.
 func (w *demoWorker) underLock(ctx, phase context.Context, locked bool, what string, body func() error) (over bool, err error) {
 	if locked {
-		if err := w.lock.l.Lock(phase); err != nil {
+		if err := demoAcquire(phase, w.lock.l); err != nil {
 			if ctxOver(phase) {
 				return true, nil
 			}
@@ -940,7 +953,7 @@ func (d *demo) watchdogPhase(ctx context.Context) (*demoWatchdogJSON, error) {
 		wg           sync.WaitGroup
 	)
 	wg.Go(func() { // the holder: Lock, HoldContext and Unlock on one goroutine, its owner
-		if err := holder.l.Lock(ctx); err != nil {
+		if err := demoAcquire(ctx, holder.l); err != nil {
 			holderErr = err
 			close(acquired)
 			close(unlocking)
@@ -972,7 +985,7 @@ func (d *demo) watchdogPhase(ctx context.Context) (*demoWatchdogJSON, error) {
 			lctx, cancel := context.WithTimeout(ctx, hold+10*time.Second)
 			defer cancel()
 			contStart = time.Now()
-			if err := contender.l.Lock(lctx); err != nil {
+			if err := demoAcquire(lctx, contender.l); err != nil {
 				contenderErr = err
 				return
 			}
