@@ -55,8 +55,9 @@ type Options struct {
 	WatchdogTimeout time.Duration
 
 	// Redis is the configuration New starts from when it builds its rueidis client (authentication, TLS,
-	// timeouts, ...). New sets InitAddress from its addrs argument when that is not empty, and disables
-	// client-side caching, which relock does not use. Wrap ignores it.
+	// timeouts, ...). New sets InitAddress from its addrs argument when that is not empty, disables
+	// client-side caching, which relock does not use, and sets ClientName when it is empty (see
+	// ClientNamePrefix). Wrap ignores it.
 	Redis rueidis.ClientOption
 
 	// TracerProvider gives the tracer of relock's spans. Nil means the global one (otel.GetTracerProvider),
@@ -95,8 +96,13 @@ type Client struct {
 	bg     sync.WaitGroup
 }
 
+// ClientNamePrefix starts the connection name (CLIENT SETNAME) that New gives its connections unless
+// Options.Redis.ClientName sets one: "relock-<Client.ID()>". In CLIENT LIST it tells which process, at
+// which address, holds the locks whose owners start with that ID (the relock command's inspect shows it).
+const ClientNamePrefix = "relock-"
+
 // New returns a Client with its own rueidis client connected to addrs (host:port of a Redis server; the
-// seed nodes of a cluster). Close closes that connection.
+// seed nodes of a cluster), named ClientNamePrefix + its ID. Close closes that connection.
 func New(addrs []string, opts *Options) (*Client, error) {
 	var o Options
 	if opts != nil {
@@ -113,11 +119,15 @@ func New(addrs []string, opts *Options) (*Client, error) {
 	if _, err := o.validate(); err != nil {
 		return nil, err
 	}
+	id := uuid.NewString()
+	if ro.ClientName == "" {
+		ro.ClientName = ClientNamePrefix + id
+	}
 	rdb, err := rueidis.NewClient(ro)
 	if err != nil {
 		return nil, wrapErr("new", "", err)
 	}
-	c, err := newClient(rdb, false, o)
+	c, err := newClient(rdb, false, id, o)
 	if err != nil {
 		rdb.Close()
 	}
@@ -134,7 +144,7 @@ func Wrap(rdb rueidis.Client, opts *Options) (*Client, error) {
 	if opts != nil {
 		o = *opts
 	}
-	return newClient(rdb, true, o)
+	return newClient(rdb, true, uuid.NewString(), o)
 }
 
 func (o Options) validate() (Options, error) {
@@ -148,7 +158,7 @@ func (o Options) validate() (Options, error) {
 	return o, nil
 }
 
-func newClient(rdb rueidis.Client, borrowed bool, o Options) (*Client, error) {
+func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client, error) {
 	o, err := o.validate()
 	if err != nil {
 		return nil, err
@@ -164,7 +174,7 @@ func newClient(rdb rueidis.Client, borrowed bool, o Options) (*Client, error) {
 	c := &Client{
 		rdb:                rdb,
 		borrowed:           borrowed,
-		id:                 uuid.NewString(),
+		id:                 id,
 		watchdogTimeout:    o.WatchdogTimeout,
 		watchdogTimeoutArg: fmtMillis(o.WatchdogTimeout),
 		publish:            "publish",

@@ -34,6 +34,9 @@ type holderJSON struct {
 	Count     int    `json:"count"`
 	Mode      string `json:"mode,omitempty"`
 	TTLMillis int64  `json:"ttl_ms"`
+	// Connections are the addresses of the holder's Client's connections (inspect only; absent when
+	// CLIENT LIST could not be read, [] when none is named after the Client).
+	Connections *[]string `json:"connections,omitempty"`
 }
 
 type waiterJSON struct {
@@ -157,8 +160,9 @@ func plural(n int) string {
 	return "s"
 }
 
-// printState prints st for people.
-func printState(w io.Writer, st relock.LockState) {
+// printState prints st for people. conns, when not nil, are the connections of relock Clients by ID
+// (clientConns).
+func printState(w io.Writer, st relock.LockState, conns map[string][]string) {
 	fmt.Fprintf(w, "lock %q: %s\n", st.Name, summary(st))
 	for _, h := range st.Holders {
 		role := "holder"
@@ -170,6 +174,13 @@ func printState(w io.Writer, st relock.LockState) {
 			fmt.Fprintf(w, ", TTL %s", fmtTTL(h.TTL))
 		}
 		fmt.Fprintln(w)
+		if conns != nil && h.ClientID != "" {
+			if addrs := conns[h.ClientID]; len(addrs) > 0 {
+				fmt.Fprintf(w, "          its client is connected from %s (%d connection%s)\n", strings.Join(hosts(addrs), ", "), len(addrs), plural(len(addrs)))
+			} else {
+				fmt.Fprintf(w, "          no connection is named %s%s: its process is gone (the hold ends with its TTL), or its Client was made with Wrap\n", relock.ClientNamePrefix, h.ClientID)
+			}
+		}
 	}
 	if st.QueueLen > 0 {
 		what := "queue"
@@ -227,7 +238,7 @@ func runInspect(ctx context.Context, e env) error {
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	lc, _, closeAll, err := c.connect(ctx, nil)
+	lc, rdb, closeAll, err := c.connect(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -236,9 +247,20 @@ func runInspect(ctx context.Context, e env) error {
 	if err != nil {
 		return lockError(&c, name, err)
 	}
-	if c.json {
-		return printJSON(e.stdout, toJSON(st))
+	var conns map[string][]string
+	if len(st.Holders) > 0 {
+		conns, _ = clientConns(ctx, rdb)
 	}
-	printState(e.stdout, st)
+	if c.json {
+		j := toJSON(st)
+		for i, h := range st.Holders {
+			if conns != nil && h.ClientID != "" {
+				addrs := append([]string{}, conns[h.ClientID]...)
+				j.Holders[i].Connections = &addrs
+			}
+		}
+		return printJSON(e.stdout, j)
+	}
+	printState(e.stdout, st, conns)
 	return nil
 }

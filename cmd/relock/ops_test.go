@@ -94,12 +94,35 @@ func opsOn(t *testing.T, addrs []string, prefix string) {
 		if h := j.Holders[0]; h.Token != "job-7" || h.ClientID != c.ID() || h.Count != 2 || h.Goroutine {
 			t.Fatalf("holder %+v", h)
 		}
+		if h := j.Holders[0]; h.Connections == nil || len(*h.Connections) == 0 || !strings.HasPrefix((*h.Connections)[0], "127.0.0.1:") {
+			t.Fatalf("holder's connections %v: want the holding Client's, from 127.0.0.1", h.Connections)
+		}
 		out, _ := mustRun(t, 0, "", "inspect", name, "--redis", addr)
-		for _, want := range []string{"RLock, held", "owner job-7 of client " + c.ID(), "hold count 2", "fencing token: "} {
+		for _, want := range []string{"RLock, held", "owner job-7 of client " + c.ID(), "hold count 2", "fencing token: ",
+			"its client is connected from 127.0.0.1 ("} {
 			if !strings.Contains(out, want) {
 				t.Errorf("inspect output lacks %q:\n%s", want, out)
 			}
 		}
+
+		// A holder whose process is gone: its Client closed without unlocking (the hold lives out its lease).
+		gone, err := relock.New(addrs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gone.Lock(prefix+"abandoned").LockWithLease(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		gone.Close()
+		waitFor(t, func() bool {
+			j := inspectJSON(t, addr, prefix+"abandoned")
+			return len(j.Holders) == 1 && j.Holders[0].Connections != nil && len(*j.Holders[0].Connections) == 0
+		})
+		out, _ = mustRun(t, 0, "", "inspect", prefix+"abandoned", "--redis", addr)
+		if want := "no connection is named relock-" + gone.ID() + ": its process is gone"; !strings.Contains(out, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out)
+		}
+		mustRun(t, 0, "", "unlock", "--force", "--yes", prefix+"abandoned", "--redis", addr)
 	})
 
 	t.Run("inspect fair queue", func(t *testing.T) {

@@ -37,7 +37,7 @@ func runUnlock(ctx context.Context, e env) error {
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	lc, _, closeAll, err := c.connect(ctx, nil)
+	lc, rdb, closeAll, err := c.connect(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,8 @@ func runUnlock(ctx context.Context, e env) error {
 		if c.json {
 			return fmt.Errorf("%w: --json needs --yes (there is nobody to answer the question)", errUsage)
 		}
-		printState(e.stdout, st)
+		conns, _ := clientConns(ctx, rdb)
+		printState(e.stdout, st, conns)
 		fmt.Fprintf(e.stdout, "Release %q now? Its holders lose it: their Unlock will fail with ErrNotHeld and their "+
 			"HoldContext ends (ErrLockLost). [y/N] ", name)
 		// The answer must come before --timeout runs out, like everything else.
