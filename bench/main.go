@@ -33,7 +33,13 @@ import (
 var (
 	quick = flag.Bool("quick", false, "a run of about a minute")
 	out   = flag.String("out", "../docs", "where to write benchmarks.md and benchmarks.svg")
+	only  = flag.String("only", "", "run only the scenarios whose function names are listed, comma-separated (uncontended, parallel, handoff, watchdog, redlock, relockOnly); the report then lacks the others")
 )
+
+// want reports whether scenario runs (see -only).
+func want(scenario string) bool {
+	return *only == "" || slices.Contains(strings.Split(*only, ","), scenario)
+}
 
 // dur scales a scenario's duration: quick mode runs each for a fraction.
 func dur(full time.Duration) time.Duration {
@@ -54,12 +60,21 @@ func main() {
 	r := &report{started: time.Now()}
 	r.machine()
 
-	uncontended(r, srv)
-	parallel(r, srv)
-	handoff(r, srv)
-	watchdog(r)
-	redlockVsRedsync(r)
-	relockOnly(r, srv)
+	for _, sc := range []struct {
+		name string
+		run  func()
+	}{
+		{"uncontended", func() { uncontended(r, srv) }},
+		{"parallel", func() { parallel(r, srv) }},
+		{"handoff", func() { handoff(r, srv) }},
+		{"watchdog", func() { watchdog(r) }},
+		{"redlock", func() { redlockVsRedsync(r) }},
+		{"relockOnly", func() { relockOnly(r, srv) }},
+	} {
+		if want(sc.name) {
+			sc.run()
+		}
+	}
 
 	if err := r.write(*out); err != nil {
 		log.Fatal(err)
@@ -265,18 +280,21 @@ func handoff(r *report, srv *redistest.Server) {
 	a, b := peers(srv.Addr()), peers(srv.Addr())
 	defer closeAll(a)
 	defer closeAll(b)
-	sec := section{title: "3. Handoff", note: "Time from one owner's Unlock call to the next owner's acquisition, owners on two handles (clients), each holding 1 ms while the others wait. With 8 waiters, min/max are acquisitions per waiter. Target: relock's p50 below rueidislock's, and no waiter starved.",
-		head: []string{"", "2 owners p50", "2 owners p99", "8 waiters p50", "8 waiters p99", "8 waiters min/max"}}
+	sec := section{title: "3. Handoff", note: "Time from one owner's Unlock call to the acquisition by another owner (an owner taking the lock straight back is not counted), owners on two handles (clients), each holding 1 ms while the others wait. With 8 waiters, min/max are acquisitions per waiter. Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Target: relock's p50 below rueidislock's, and no waiter starved.",
+		head: []string{"", "2 owners p50", "2 owners p99", "8 waiters p50", "8 waiters p99", "8 waiters min/max", "overlaps"}}
 	var relock2, rue2, relock8, rue8 time.Duration
 	for i := range a {
 		two := alternate(ctx, []locker{a[i], b[i]}, 2, dur(8*time.Second))
 		eight := alternate(ctx, []locker{a[i], b[i]}, 8, dur(8*time.Second))
 		sec.rows = append(sec.rows, []string{a[i].name(), us(pct(two.handoffs, .5)), us(pct(two.handoffs, .99)),
-			us(pct(eight.handoffs, .5)), us(pct(eight.handoffs, .99)), fmt.Sprintf("%d / %d", eight.min, eight.max)})
+			us(pct(eight.handoffs, .5)), us(pct(eight.handoffs, .99)), fmt.Sprintf("%d / %d", eight.min, eight.max),
+			fmt.Sprint(two.overlaps + eight.overlaps)})
 		switch a[i].name() {
 		case "relock":
 			relock2, relock8 = pct(two.handoffs, .5), pct(eight.handoffs, .5)
-			sec.verdicts = append(sec.verdicts, verdict(eight.min > 0, "relock: fewest acquisitions by one of 8 waiters: %d (target > 0)", eight.min))
+			sec.verdicts = append(sec.verdicts,
+				verdict(eight.min > 0, "relock: fewest acquisitions by one of 8 waiters: %d (target > 0)", eight.min),
+				verdict(two.overlaps+eight.overlaps == 0, "relock: %d overlapping holds (target 0)", two.overlaps+eight.overlaps))
 		case "rueidislock":
 			rue2, rue8 = pct(two.handoffs, .5), pct(eight.handoffs, .5)
 		}
@@ -290,18 +308,25 @@ func handoff(r *report, srv *redistest.Server) {
 type handoffResult struct {
 	handoffs []time.Duration
 	min, max int
+	overlaps int // acquisitions made while another owner was inside: mutual exclusion broken
 }
 
 // alternate runs n owners (split over the handles in ls) that each take the lock, hold it 1 ms and let go,
-// for d, and records the handoff latencies and acquisitions per owner.
+// for d, and records the handoffs (from an owner's Unlock call to the acquisition by another owner; an
+// owner that takes the lock straight back is not a handoff), the acquisitions per owner, and whether two
+// owners were ever inside at once.
 func alternate(ctx context.Context, ls []locker, n int, d time.Duration) handoffResult {
 	var (
 		mu       sync.Mutex
 		handoffs []time.Duration
 		counts   = make([]int, n)
-		last     atomic.Int64
+		last     atomic.Int64 // when the last Unlock call began, in ns
+		lastBy   atomic.Int64 // and by which owner
+		inside   atomic.Int32
+		overlaps atomic.Int64
 		wg       sync.WaitGroup
 	)
+	lastBy.Store(-1)
 	key := fmt.Sprintf("bench:handoff:%s:%d", ls[0].name(), n)
 	end := time.Now().Add(d)
 	for w := range n {
@@ -310,22 +335,31 @@ func alternate(ctx context.Context, ls []locker, n int, d time.Duration) handoff
 			defer wg.Done()
 			l := ls[w%len(ls)]
 			for time.Now().Before(end) {
+				// The context lives until the Unlock: rueidislock releases a lock when the context it was
+				// taken with ends.
 				lctx, cancel := context.WithDeadline(ctx, end.Add(time.Second))
 				unlock, err := l.lock(lctx, key)
-				cancel()
 				if err != nil {
+					cancel()
 					return // the run ended while waiting
 				}
 				at := time.Now()
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
 				mu.Lock()
-				if r := last.Load(); r != 0 {
+				if r, by := last.Load(), lastBy.Load(); r != 0 && by != int64(w) {
 					handoffs = append(handoffs, at.Sub(time.Unix(0, r)))
 				}
 				counts[w]++
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				lastBy.Store(int64(w))
 				last.Store(time.Now().UnixNano())
-				if err := unlock(); err != nil {
+				err = unlock()
+				cancel()
+				if err != nil {
 					log.Fatal(err)
 				}
 				if n == 2 {
@@ -336,7 +370,7 @@ func alternate(ctx context.Context, ls []locker, n int, d time.Duration) handoff
 	}
 	wg.Wait()
 	slices.Sort(handoffs)
-	return handoffResult{handoffs: handoffs, min: slices.Min(counts), max: slices.Max(counts)}
+	return handoffResult{handoffs: handoffs, min: slices.Min(counts), max: slices.Max(counts), overlaps: int(overlaps.Load())}
 }
 
 // watchdog: round trips (script runs, sent together) and CPU per renewal period for 1,000 and 10,000
