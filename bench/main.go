@@ -280,23 +280,23 @@ func handoff(r *report, srv *redistest.Server) {
 	a, b := peers(srv.Addr()), peers(srv.Addr())
 	defer closeAll(a)
 	defer closeAll(b)
-	sec := section{title: "3. Handoff", note: "Time from one owner's Unlock call to the acquisition by another owner (an owner taking the lock straight back is not counted), owners on two handles (clients), each holding 1 ms while the others wait. With 8 waiters, min/max are acquisitions per waiter. Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Target: relock's p50 below rueidislock's, and no waiter starved.",
+	sec := section{title: "3. Handoff", note: "Owners on two handles (clients), each holding 1 ms while the others wait. 2 owners: for each acquisition by an owner that had to wait, the time from the first Unlock call made while it waited to its acquisition (an owner passed over, by the releasing owner taking the lock straight back, keeps counting from that first release, so retry timers and barging count). 8 waiters: the time the lock sat free between two different owners, from an Unlock call to the next acquisition by another owner; min/max are acquisitions per waiter. Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Target: relock's p50 below rueidislock's, and no waiter starved.",
 		head: []string{"", "2 owners p50", "2 owners p99", "8 waiters p50", "8 waiters p99", "8 waiters min/max", "overlaps"}}
 	var relock2, rue2, relock8, rue8 time.Duration
 	for i := range a {
 		two := alternate(ctx, []locker{a[i], b[i]}, 2, dur(8*time.Second))
 		eight := alternate(ctx, []locker{a[i], b[i]}, 8, dur(8*time.Second))
-		sec.rows = append(sec.rows, []string{a[i].name(), us(pct(two.handoffs, .5)), us(pct(two.handoffs, .99)),
-			us(pct(eight.handoffs, .5)), us(pct(eight.handoffs, .99)), fmt.Sprintf("%d / %d", eight.min, eight.max),
+		sec.rows = append(sec.rows, []string{a[i].name(), us(pct(two.waits, .5)), us(pct(two.waits, .99)),
+			us(pct(eight.gaps, .5)), us(pct(eight.gaps, .99)), fmt.Sprintf("%d / %d", eight.min, eight.max),
 			fmt.Sprint(two.overlaps + eight.overlaps)})
 		switch a[i].name() {
 		case "relock":
-			relock2, relock8 = pct(two.handoffs, .5), pct(eight.handoffs, .5)
+			relock2, relock8 = pct(two.waits, .5), pct(eight.gaps, .5)
 			sec.verdicts = append(sec.verdicts,
 				verdict(eight.min > 0, "relock: fewest acquisitions by one of 8 waiters: %d (target > 0)", eight.min),
 				verdict(two.overlaps+eight.overlaps == 0, "relock: %d overlapping holds (target 0)", two.overlaps+eight.overlaps))
 		case "rueidislock":
-			rue2, rue8 = pct(two.handoffs, .5), pct(eight.handoffs, .5)
+			rue2, rue8 = pct(two.waits, .5), pct(eight.gaps, .5)
 		}
 	}
 	sec.verdicts = append(sec.verdicts,
@@ -306,27 +306,32 @@ func handoff(r *report, srv *redistest.Server) {
 }
 
 type handoffResult struct {
-	handoffs []time.Duration
+	waits    []time.Duration // from the first release a waiting owner saw to its acquisition
+	gaps     []time.Duration // from an Unlock call to the next acquisition, when by another owner
 	min, max int
 	overlaps int // acquisitions made while another owner was inside: mutual exclusion broken
 }
 
 // alternate runs n owners (split over the handles in ls) that each take the lock, hold it 1 ms and let go,
-// for d, and records the handoffs (from an owner's Unlock call to the acquisition by another owner; an
-// owner that takes the lock straight back is not a handoff), the acquisitions per owner, and whether two
-// owners were ever inside at once.
+// for d. It records two kinds of handoff. waits: for each acquisition by an owner that had to wait, the
+// time from the first Unlock call made while it waited (the first moment the lock was free for it) to its
+// acquisition; an owner passed over (another took the lock first, or the one that released it took it
+// straight back) keeps counting from that first release, so retry timers and barging count against a
+// library. gaps: for each acquisition by another owner than the last one to release, the time since that
+// release began: how long the lock sat free between owners. It also records the acquisitions per owner,
+// and whether two owners were ever inside at once.
 func alternate(ctx context.Context, ls []locker, n int, d time.Duration) handoffResult {
 	var (
 		mu       sync.Mutex
-		handoffs []time.Duration
+		waits    []time.Duration
+		gaps     []time.Duration
+		unlocks  []int64 // when each Unlock call began, in ns, in order
+		lastBy   = -1    // the owner that began the last Unlock call
 		counts   = make([]int, n)
-		last     atomic.Int64 // when the last Unlock call began, in ns
-		lastBy   atomic.Int64 // and by which owner
 		inside   atomic.Int32
 		overlaps atomic.Int64
 		wg       sync.WaitGroup
 	)
-	lastBy.Store(-1)
 	key := fmt.Sprintf("bench:handoff:%s:%d", ls[0].name(), n)
 	end := time.Now().Add(d)
 	for w := range n {
@@ -338,6 +343,7 @@ func alternate(ctx context.Context, ls []locker, n int, d time.Duration) handoff
 				// The context lives until the Unlock: rueidislock releases a lock when the context it was
 				// taken with ends.
 				lctx, cancel := context.WithDeadline(ctx, end.Add(time.Second))
+				waitFrom := time.Now().UnixNano()
 				unlock, err := l.lock(lctx, key)
 				if err != nil {
 					cancel()
@@ -348,15 +354,19 @@ func alternate(ctx context.Context, ls []locker, n int, d time.Duration) handoff
 					overlaps.Add(1)
 				}
 				mu.Lock()
-				if r, by := last.Load(), lastBy.Load(); r != 0 && by != int64(w) {
-					handoffs = append(handoffs, at.Sub(time.Unix(0, r)))
+				if i, _ := slices.BinarySearch(unlocks, waitFrom); i < len(unlocks) {
+					waits = append(waits, at.Sub(time.Unix(0, unlocks[i])))
+				}
+				if lastBy >= 0 && lastBy != w {
+					gaps = append(gaps, at.Sub(time.Unix(0, unlocks[len(unlocks)-1])))
 				}
 				counts[w]++
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
 				inside.Add(-1)
-				lastBy.Store(int64(w))
-				last.Store(time.Now().UnixNano())
+				mu.Lock()
+				unlocks, lastBy = append(unlocks, time.Now().UnixNano()), w
+				mu.Unlock()
 				err = unlock()
 				cancel()
 				if err != nil {
@@ -369,8 +379,9 @@ func alternate(ctx context.Context, ls []locker, n int, d time.Duration) handoff
 		}()
 	}
 	wg.Wait()
-	slices.Sort(handoffs)
-	return handoffResult{handoffs: handoffs, min: slices.Min(counts), max: slices.Max(counts), overlaps: int(overlaps.Load())}
+	slices.Sort(waits)
+	slices.Sort(gaps)
+	return handoffResult{waits: waits, gaps: gaps, min: slices.Min(counts), max: slices.Max(counts), overlaps: int(overlaps.Load())}
 }
 
 // watchdog: round trips (script runs, sent together) and CPU per renewal period for 1,000 and 10,000
@@ -502,7 +513,7 @@ func relockOnly(r *report, srv *redistest.Server) {
 	sec := section{title: "6. FairLock and ReadWriteLock (relock only)", head: []string{"", "result"}}
 	fair := alternate(ctx, []locker{fairLocker{a}, fairLocker{b}}, 8, dur(8*time.Second))
 	violations := 0 // with everyone queued and 1 ms holds, FIFO means a fixed cycle
-	sec.rows = append(sec.rows, []string{"FairLock handoff, 8 waiters over 2 Clients", fmt.Sprintf("p50 %s, p99 %s, acquisitions per waiter %d–%d", us(pct(fair.handoffs, .5)), us(pct(fair.handoffs, .99)), fair.min, fair.max)})
+	sec.rows = append(sec.rows, []string{"FairLock handoff, 8 waiters over 2 Clients", fmt.Sprintf("p50 %s, p99 %s, acquisitions per waiter %d–%d", us(pct(fair.gaps, .5)), us(pct(fair.gaps, .99)), fair.min, fair.max)})
 	_ = violations
 	var n atomic.Int64
 	end := time.Now().Add(dur(8 * time.Second))
