@@ -483,3 +483,21 @@ func TestMiniredisLocks(t *testing.T) {
 		}
 	})
 }
+
+// With no redis-server on PATH, the default demo runs on the in-process server: Go alone is enough.
+func TestDemoDefaultWithoutRedisServer(t *testing.T) {
+	cmd := exec.Command(relockBin, demoArgs("--json")...)
+	cmd.Env = append(os.Environ(), "PATH="+t.TempDir(), "RELOCK_REDIS=")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("relock demo with an empty PATH: %v\n%s%s", err, &out, &errOut)
+	}
+	var r demoReport
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v\n%s", err, &out)
+	}
+	if r.Server.Mode != embedInProcess || !r.OK || r.WithLock.Lost != 0 {
+		t.Fatalf("server %+v, ok %v, with_lock %+v: want the in-process server, nothing lost", r.Server, r.OK, r.WithLock)
+	}
+}
