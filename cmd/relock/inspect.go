@@ -202,6 +202,9 @@ func printState(w io.Writer, st relock.LockState, conns map[string][]string) {
 	if st.FencingToken > 0 {
 		fmt.Fprintf(w, "  fencing token: %d (the last one issued)\n", st.FencingToken)
 	}
+	if st.Locked && st.TTL < 0 {
+		fmt.Fprintln(w, "  warning: the lock key has no expiry (relock never writes one so): only its holder's Unlock or unlock --force frees it")
+	}
 }
 
 // lockError turns an error of Inspect into what an operator should read.

@@ -123,6 +123,24 @@ func opsOn(t *testing.T, addrs []string, prefix string) {
 			t.Errorf("inspect output lacks %q:\n%s", want, out)
 		}
 		mustRun(t, 0, "", "unlock", "--force", "--yes", prefix+"abandoned", "--redis", addr)
+
+		// A lock key without expiry, written by something else than relock (here, by hand).
+		raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		if err := raw.Do(ctx, raw.B().Hset().Key(prefix+"forever").FieldValue().FieldValue(c.ID()+":7", "1").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if j := inspectJSON(t, addr, prefix+"forever"); j.TTLMillis != -1 || !j.Locked {
+			t.Fatalf("a lock without expiry: %+v", j)
+		}
+		out, _ = mustRun(t, 0, "", "inspect", prefix+"forever", "--redis", addr)
+		if !strings.Contains(out, "TTL no expiry") || !strings.Contains(out, "warning: the lock key has no expiry") {
+			t.Errorf("inspect output:\n%s", out)
+		}
+		mustRun(t, 0, "", "unlock", "--force", "--yes", prefix+"forever", "--redis", addr)
 	})
 
 	t.Run("inspect fair queue", func(t *testing.T) {
