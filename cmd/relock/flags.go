@@ -71,12 +71,16 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// oneName returns the one lock name a command was given.
-func oneName(args []string) (string, error) {
-	if len(args) != 1 {
-		return "", fmt.Errorf("%w: want one lock name, got %d arguments", errUsage, len(args))
+// parseName parses args with fs (see parse) and returns the one lock name they must hold.
+func parseName(fs *flag.FlagSet, args []string) (string, error) {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return "", err
 	}
-	return args[0], nil
+	if len(pos) != 1 {
+		return "", fmt.Errorf("%w: want one lock name, got %d arguments", errUsage, len(pos))
+	}
+	return pos[0], nil
 }
 
 // redisOption turns --redis into a rueidis configuration.
@@ -129,6 +133,17 @@ func (c *common) connect(ctx context.Context, opts *relock.Options) (*relock.Cli
 		return nil, nil, nil, err
 	}
 	return lc, rdb, func() { lc.Close(); rdb.Close() }, nil
+}
+
+// open bounds ctx by --timeout and connects (see connect); done cancels the one and closes the other.
+func (c *common) open(ctx context.Context) (_ context.Context, _ *relock.Client, _ rueidis.Client, done func(), _ error) {
+	ctx, cancel := c.withTimeout(ctx)
+	lc, rdb, closeAll, err := c.connect(ctx, nil)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, nil, err
+	}
+	return ctx, lc, rdb, func() { closeAll(); cancel() }, nil
 }
 
 // withTimeout bounds ctx by --timeout (when positive).

@@ -231,21 +231,15 @@ func runInspect(ctx context.Context, e env) error {
 	var c common
 	fs := newFlags("inspect", "inspect [flags] NAME", e)
 	c.register(fs, 5*time.Second)
-	args, err := parse(fs, e.args)
+	name, err := parseName(fs, e.args)
 	if err != nil {
 		return err
 	}
-	name, err := oneName(args)
+	ctx, lc, rdb, done, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	lc, rdb, closeAll, err := c.connect(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer closeAll()
+	defer done()
 	st, err := lc.Inspect(ctx, name)
 	if err != nil {
 		return lockError(&c, name, err)

@@ -36,13 +36,11 @@ func runList(ctx context.Context, e env) error {
 	if *limit < 0 || *count <= 0 {
 		return fmt.Errorf("%w: --limit must not be negative, --scan-count must be positive", errUsage)
 	}
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	lc, rdb, closeAll, err := c.connect(ctx, nil)
+	ctx, lc, rdb, done, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
+	defer done()
 
 	names, err := scanHashes(ctx, rdb, pattern, *count)
 	if err != nil {

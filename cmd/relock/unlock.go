@@ -24,24 +24,18 @@ func runUnlock(ctx context.Context, e env) error {
 	c.register(fs, 5*time.Second)
 	force := fs.Bool("force", false, "release the lock whoever holds it (required: relock never unlocks on someone else's behalf by accident)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
-	args, err := parse(fs, e.args)
-	if err != nil {
-		return err
-	}
-	name, err := oneName(args)
+	name, err := parseName(fs, e.args)
 	if err != nil {
 		return err
 	}
 	if !*force {
 		return fmt.Errorf("%w: unlock releases a lock held by someone else: say --force to mean it", errUsage)
 	}
-	ctx, cancel := c.withTimeout(ctx)
-	defer cancel()
-	lc, rdb, closeAll, err := c.connect(ctx, nil)
+	ctx, lc, rdb, done, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
+	defer done()
 
 	st, err := lc.Inspect(ctx, name)
 	if err != nil {

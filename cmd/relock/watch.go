@@ -25,11 +25,7 @@ func runWatch(ctx context.Context, e env) error {
 	c.register(fs, 5*time.Second)
 	interval := fs.Duration("interval", 100*time.Millisecond, "how often to read the lock's state; holds shorter than this may go unseen (the fencing token still counts them)")
 	until := fs.Duration("for", 0, "stop after this `duration` (0: until interrupted)")
-	args, err := parse(fs, e.args)
-	if err != nil {
-		return err
-	}
-	name, err := oneName(args)
+	name, err := parseName(fs, e.args)
 	if err != nil {
 		return err
 	}
