@@ -29,17 +29,18 @@ func BenchmarkRedLockVsSingleNode(b *testing.B) {
 			}
 			rl := redlock(clients, "bench:redlock", &relock.RedLockOptions{NodeTimeout: 50 * time.Millisecond})
 			single := clients[0].Lock("bench:single")
+			ctx := context.Background()
+			// The floor of the fan-out on this machine: a PING to one node, and to all 5 at once (connected
+			// before a node is paused: a client cannot connect to a paused one).
+			raws := make([]rueidis.Client, len(servers))
+			for i, s := range servers {
+				raws[i] = rawClient(b, s)
+			}
 			if paused {
 				if err := servers[4].Pause(); err != nil {
 					b.Fatal(err)
 				}
 				defer servers[4].Resume()
-			}
-			ctx := context.Background()
-			// The floor of the fan-out on this machine: a PING to one node, and to all 5 at once.
-			raws := make([]rueidis.Client, len(servers))
-			for i, s := range servers {
-				raws[i] = rawClient(b, s)
 			}
 			ping := func(r rueidis.Client) { _ = r.Do(ctx, r.B().Ping().Build()).Error() }
 			var one, five, ping1, ping5 time.Duration
