@@ -12,8 +12,12 @@ import (
 	"github.com/redis/rueidis"
 )
 
-//go:embed lua/*.lua
+//go:embed lua/*.lua lua/lib/*.lua
 var luaFiles embed.FS
+
+// includePrefix starts a script line that loadScript replaces with a lua/lib file: the functions several
+// scripts share (Redis scripts cannot load one another).
+const includePrefix = "-- @include "
 
 // script is one lua/*.lua file, run with EVALSHA and, when the server does not know it (NOSCRIPT, for
 // example after a restart or SCRIPT FLUSH), with EVAL.
@@ -25,13 +29,28 @@ type script struct {
 }
 
 func loadScript(name string) *script {
-	src, err := luaFiles.ReadFile("lua/" + name + ".lua")
-	if err != nil {
-		panic("relock: missing embedded script " + name + ": " + err.Error())
+	text := strings.TrimSpace(readLua(name + ".lua"))
+	var b strings.Builder
+	for line := range strings.Lines(text) {
+		if lib, ok := strings.CutPrefix(strings.TrimSpace(line), includePrefix); ok {
+			b.WriteString(strings.TrimSpace(readLua(lib)))
+			b.WriteByte('\n')
+			continue
+		}
+		b.WriteString(line)
 	}
-	text := strings.TrimSpace(string(src))
+	text = b.String()
 	sum := sha1.Sum([]byte(text))
 	return &script{name: name, src: text, sha1: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(text)}
+}
+
+// readLua returns the embedded file lua/<path>.
+func readLua(path string) string {
+	src, err := luaFiles.ReadFile("lua/" + path)
+	if err != nil {
+		panic("relock: missing embedded script " + path + ": " + err.Error())
+	}
+	return string(src)
 }
 
 var (

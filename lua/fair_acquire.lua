@@ -21,23 +21,14 @@
 --                                lock's remaining time to live (-1: the key has no expiry, wait for the
 --                                notification); for a waiter behind it, the time until the head's entry
 --                                would expire if its process died.
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @include lib/clock.lua
+-- @include lib/queue.lua
+
+local now = now_ms()
 local owner = ARGV[2]
 
 -- Drop the entries of dead waiters from the head of the queue, so they never block it.
-while true do
-  local head = redis.call('lindex', KEYS[2], 0)
-  if not head then
-    break
-  end
-  local alive = tonumber(redis.call('zscore', KEYS[3], head))
-  if alive and alive > now then
-    break
-  end
-  redis.call('lpop', KEYS[2])
-  redis.call('zrem', KEYS[3], head)
-end
+live_head(KEYS[2], KEYS[3], now)
 
 local ttl = tonumber(ARGV[1])
 local function token(first)

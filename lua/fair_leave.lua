@@ -11,25 +11,14 @@
 -- ARGV[3]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 --
 -- Returns 1 when the owner had an entry, 0 when it had none. The other waiters keep their order.
+-- @include lib/clock.lua
+-- @include lib/queue.lua
+
 local wasHead = redis.call('lindex', KEYS[2], 0) == ARGV[1]
 local removed = redis.call('lrem', KEYS[2], 0, ARGV[1])
 redis.call('zrem', KEYS[3], ARGV[1])
 if wasHead and redis.call('exists', KEYS[1]) == 0 then
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  while true do
-    local head = redis.call('lindex', KEYS[2], 0)
-    if not head then
-      break
-    end
-    local alive = tonumber(redis.call('zscore', KEYS[3], head))
-    if alive and alive > now then
-      redis.call(ARGV[3], KEYS[4] .. ':' .. head, ARGV[2])
-      break
-    end
-    redis.call('lpop', KEYS[2])
-    redis.call('zrem', KEYS[3], head)
-  end
+  wake_live_head(KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[2], now_ms())
 end
 if removed > 0 then
   return 1

@@ -14,44 +14,13 @@
 --
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
 --         the owner's remaining hold count otherwise; 0 means the lock was deleted and the head woken.
-local count = redis.call('hget', KEYS[1], ARGV[1])
-if not count then
-  return -1
-end
-if ARGV[3] ~= '' and count ~= ARGV[3] then
-  return -1
-end
-local request = ARGV[1] .. ' ' .. string.sub(ARGV[4], 2)
-if string.sub(ARGV[4], 1, 1) == '?' and redis.call('get', KEYS[5]) == request then
-  return tonumber(count)
-end
-count = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-if count > 0 then
-  if ARGV[4] ~= '' then
-    local ttl = redis.call('pttl', KEYS[1])
-    if ttl > 0 then
-      redis.call('set', KEYS[5], request, 'PX', ttl)
-    else
-      redis.call('set', KEYS[5], request)
-    end
-  end
-  return count
-end
-redis.call('del', KEYS[1], KEYS[5])
+-- @include lib/clock.lua
+-- @include lib/release.lua
+-- @include lib/queue.lua
 
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-while true do
-  local head = redis.call('lindex', KEYS[2], 0)
-  if not head then
-    break
-  end
-  local alive = tonumber(redis.call('zscore', KEYS[3], head))
-  if alive and alive > now then
-    redis.call(ARGV[5], KEYS[4] .. ':' .. head, ARGV[2])
-    break
-  end
-  redis.call('lpop', KEYS[2])
-  redis.call('zrem', KEYS[3], head)
+local left = release_hold(KEYS[1], KEYS[5], ARGV[1], ARGV[3], ARGV[4])
+if left ~= 0 then
+  return left
 end
+wake_live_head(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[2], now_ms())
 return 0

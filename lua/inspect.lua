@@ -22,8 +22,9 @@
 --   writersLen ZCARD KEYS[4]
 --   writers    the first ARGV[2] members of KEYS[4] with their scores (ms, Redis's clock), flat
 --   token      the fencing counter's value, '' when there is none
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @include lib/clock.lua
+
+local now = now_ms()
 local limit = tonumber(ARGV[2])
 
 local kind = redis.call('type', KEYS[1])['ok']

@@ -7,8 +7,9 @@
 --
 -- Returns one integer per entry, in order: 1 when the entry was still there and now lives ARGV[1] more
 -- milliseconds (Redis's clock), 0 when it is gone (dropped as dead, or its owner got the lock or left).
-local t = redis.call('time')
-local alive = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+-- @include lib/clock.lua
+
+local alive = now_ms() + tonumber(ARGV[1])
 local refreshed = {}
 for i = 1, #KEYS do
   if redis.call('zscore', KEYS[i], ARGV[i + 1]) then

@@ -18,29 +18,11 @@
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
 --         the owner's remaining hold count otherwise (for a repeated request, the current count, unchanged);
 --         0 means the lock was deleted and ARGV[2] published.
-local count = redis.call('hget', KEYS[1], ARGV[1])
-if not count then
-  return -1
+-- @include lib/release.lua
+
+local left = release_hold(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[4])
+if left ~= 0 then
+  return left
 end
-if ARGV[3] ~= '' and count ~= ARGV[3] then
-  return -1
-end
-local request = ARGV[1] .. ' ' .. string.sub(ARGV[4], 2)
-if string.sub(ARGV[4], 1, 1) == '?' and redis.call('get', KEYS[3]) == request then
-  return tonumber(count)
-end
-count = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-if count > 0 then
-  if ARGV[4] ~= '' then
-    local ttl = redis.call('pttl', KEYS[1])
-    if ttl > 0 then
-      redis.call('set', KEYS[3], request, 'PX', ttl)
-    else
-      redis.call('set', KEYS[3], request)
-    end
-  end
-  return count
-end
-redis.call('del', KEYS[1], KEYS[3])
 redis.call(ARGV[5], KEYS[2], ARGV[2])
 return 0

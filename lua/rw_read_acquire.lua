@@ -17,6 +17,8 @@
 --                           unless notified: the lock's remaining time to live when a writer holds it
 --                           (-1: no expiry), or the time until the first live priority writer's entry
 --                           expires when it yields to waiting writers.
+-- @include lib/clock.lua
+
 local ttl = tonumber(ARGV[1])
 local owner = ARGV[2]
 local prefix = ARGV[4] .. ':' .. owner .. ':rwlock_timeout:'
@@ -33,8 +35,7 @@ end
 -- Writers that asked for priority and are still alive make new readers wait (a reader already holding
 -- may re-enter: it would otherwise wait on itself).
 local function writerWaiting()
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = now_ms()
   redis.call('zremrangebyscore', KEYS[2], '-inf', now)
   local first = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES')
   if first[2] then

@@ -14,6 +14,8 @@
 --         {0, wait, 0}           when it must wait: wait is the lock's remaining time to live (-1: none);
 --         {-1, 0, 0}             when the owner holds the read lock: the write lock would wait for it
 --                                forever (an upgrade), so the caller fails at once.
+-- @include lib/clock.lua
+
 local ttl = tonumber(ARGV[1])
 local writer = ARGV[2]
 
@@ -71,8 +73,7 @@ if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
   return {1, count, token(false)}
 end
 if ARGV[4] ~= '' and ARGV[5] == '1' then
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = now_ms()
   redis.call('zadd', KEYS[2], now + tonumber(ARGV[4]), writer)
 end
 return {0, redis.call('pttl', KEYS[1]), 0}

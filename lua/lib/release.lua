@@ -1,0 +1,41 @@
+-- release_hold releases one hold of an owner on a reentrant lock, a hash of owner field -> hold count,
+-- whose release record is a string: "<owner field> <request id>" of the last release that left its owner
+-- still holding the lock (one owner holds such a lock at a time). The record lives no longer than the
+-- lock.
+--
+-- expected is '' or the hold count the owner must have for the release to happen (used to undo an
+-- acquisition whose reply was lost: if it never ran, the count differs and nothing changes). request is
+-- '' or '!' then an id when sent first, '?' then the same id when sent again after its reply was lost: a
+-- first sending is recorded if it leaves the owner holding, and a repeat that the record names is not
+-- applied again. Only repeats read the record.
+--
+-- It returns -1 when the owner does not hold the lock (or not with the expected count): nothing changed;
+-- the owner's remaining hold count (for a repeat already applied, the current count, unchanged); or 0 when
+-- that was the last hold: the lock and its record are then deleted, and the caller announces the release.
+local function release_hold(lock, record, field, expected, request)
+  local count = redis.call('hget', lock, field)
+  if not count then
+    return -1
+  end
+  if expected ~= '' and count ~= expected then
+    return -1
+  end
+  local id = field .. ' ' .. string.sub(request, 2)
+  if string.sub(request, 1, 1) == '?' and redis.call('get', record) == id then
+    return tonumber(count)
+  end
+  count = redis.call('hincrby', lock, field, -1)
+  if count > 0 then
+    if request ~= '' then
+      local ttl = redis.call('pttl', lock)
+      if ttl > 0 then
+        redis.call('set', record, id, 'PX', ttl)
+      else
+        redis.call('set', record, id)
+      end
+    end
+    return count
+  end
+  redis.call('del', lock, record)
+  return 0
+end
