@@ -143,7 +143,10 @@ func (s *Server) start() error {
 
 	deadline := time.Now().Add(readyTimeout)
 	for {
-		if err := ping(s.Addr(), 200*time.Millisecond); err == nil {
+		// The server that answers must be this process: until it has bound the port, another test
+		// binary's server may have taken the port meanwhile (then this one exits, and the caller tries
+		// another port).
+		if pid, err := serverPID(s.Addr(), 200*time.Millisecond); err == nil && pid == cmd.Process.Pid {
 			return nil
 		}
 		select {
@@ -160,25 +163,36 @@ func (s *Server) start() error {
 	}
 }
 
-// ping sends an inline PING and expects +PONG.
-func ping(addr string, timeout time.Duration) error {
+// serverPID asks the server at addr for its process ID (INFO server).
+func serverPID(addr string, timeout time.Duration) (int, error) {
 	conn, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return err
+	if _, err := conn.Write([]byte("INFO server\r\n")); err != nil {
+		return 0, err
 	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
+	r := bufio.NewReader(conn)
+	head, err := r.ReadString('\n')
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("unexpected PING reply %q", line)
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if !strings.HasPrefix(head, "$") || err != nil {
+		return 0, fmt.Errorf("unexpected INFO reply %q", head)
 	}
-	return nil
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO server has no process_id")
 }
 
 // Pause stops the process with SIGSTOP: connections stay open but nothing is answered, as with a server
@@ -507,4 +521,25 @@ func command(addr string, args ...string) (string, error) {
 		return "", errors.New(line[1:])
 	}
 	return strings.TrimLeft(line, "+:"), nil
+}
+
+// ping sends an inline PING and expects +PONG (the tests use it).
+func ping(addr string, timeout time.Duration) error {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("unexpected PING reply %q", line)
+	}
+	return nil
 }

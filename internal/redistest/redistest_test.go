@@ -106,3 +106,17 @@ func TestClusterStartsAndFailsOver(t *testing.T) {
 	}
 	t.Logf("failover took %v", time.Since(start))
 }
+
+// A server whose port another process took before it could bind it does not pass for ready: the server
+// that answers there is not the one started.
+func TestStartRejectsAPortTakenMeanwhile(t *testing.T) {
+	first := Start(t)
+	s := &Server{Port: first.Port, dir: t.TempDir()}
+	if err := s.start(); err == nil {
+		_ = s.Stop()
+		t.Fatal("start on a port another server holds reported ready")
+	}
+	if err := ping(first.Addr(), time.Second); err != nil {
+		t.Fatalf("the first server: %v", err)
+	}
+}
