@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/luasrc"
 )
 
 // The benchmarks run against the server TestMain starts. Compare them within one run: the floors
@@ -49,11 +50,11 @@ type rawLock struct {
 
 func newRawLock(b *testing.B, rdb rueidis.Client, name, owner string) *rawLock {
 	load := func(name string) *rueidis.Lua {
-		src, err := os.ReadFile("lua/" + name + ".lua")
+		src, err := luasrc.Load(os.DirFS("lua"), name)
 		if err != nil {
 			b.Fatal(err)
 		}
-		return rueidis.NewLuaScript(string(src))
+		return rueidis.NewLuaScript(src)
 	}
 	field := "00000000-0000-0000-0000-000000000000:" + owner
 	return &rawLock{

@@ -5,19 +5,17 @@ import (
 	"crypto/sha1"
 	"embed"
 	"encoding/hex"
-	"strings"
+	"io/fs"
 	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/internal/luasrc"
 )
 
 //go:embed lua/*.lua lua/lib/*.lua
 var luaFiles embed.FS
-
-// includePrefix starts a script line that loadScript replaces with a lua/lib file: the functions several
-// scripts share (Redis scripts cannot load one another).
-const includePrefix = "-- @include "
 
 // script is one lua/*.lua file, run with EVALSHA and, when the server does not know it (NOSCRIPT, for
 // example after a restart or SCRIPT FLUSH), with EVAL.
@@ -29,28 +27,15 @@ type script struct {
 }
 
 func loadScript(name string) *script {
-	text := strings.TrimSpace(readLua(name + ".lua"))
-	var b strings.Builder
-	for line := range strings.Lines(text) {
-		if lib, ok := strings.CutPrefix(strings.TrimSpace(line), includePrefix); ok {
-			b.WriteString(strings.TrimSpace(readLua(lib)))
-			b.WriteByte('\n')
-			continue
+	lua, err := fs.Sub(luaFiles, "lua")
+	if err == nil {
+		var text string
+		if text, err = luasrc.Load(lua, name); err == nil {
+			sum := sha1.Sum([]byte(text))
+			return &script{name: name, src: text, sha1: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(text)}
 		}
-		b.WriteString(line)
 	}
-	text = b.String()
-	sum := sha1.Sum([]byte(text))
-	return &script{name: name, src: text, sha1: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(text)}
-}
-
-// readLua returns the embedded file lua/<path>.
-func readLua(path string) string {
-	src, err := luaFiles.ReadFile("lua/" + path)
-	if err != nil {
-		panic("relock: missing embedded script " + path + ": " + err.Error())
-	}
-	return string(src)
+	panic("relock: embedded script " + name + ": " + err.Error())
 }
 
 var (

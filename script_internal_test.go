@@ -4,6 +4,8 @@ import (
 	"io/fs"
 	"strings"
 	"testing"
+
+	"github.com/relock-go/relock/internal/luasrc"
 )
 
 // Every lua/lib file is included somewhere, and every script loads with its includes expanded.
@@ -16,15 +18,16 @@ func TestScriptIncludes(t *testing.T) {
 	scripts, _ := fs.Glob(luaFiles, "lua/*.lua")
 	for _, path := range scripts {
 		name := strings.TrimSuffix(strings.TrimPrefix(path, "lua/"), ".lua")
-		raw := readLua(name + ".lua")
+		raw, _ := fs.ReadFile(luaFiles, path)
 		s := loadScript(name)
-		if strings.Contains(s.src, includePrefix) {
+		if strings.Contains(s.src, luasrc.IncludePrefix) {
 			t.Errorf("%s: an include was left unexpanded", name)
 		}
 		for _, lib := range libs {
-			if strings.Contains(raw, includePrefix+strings.TrimPrefix(lib, "lua/")) {
+			if strings.Contains(string(raw), luasrc.IncludePrefix+strings.TrimPrefix(lib, "lua/")) {
 				used[lib] = true
-				if !strings.Contains(s.src, strings.TrimSpace(readLua(strings.TrimPrefix(lib, "lua/")))) {
+				libSrc, _ := fs.ReadFile(luaFiles, lib)
+				if !strings.Contains(s.src, strings.TrimSpace(string(libSrc))) {
 					t.Errorf("%s: %s not expanded into it", name, lib)
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/relock-go/relock/internal/luasrc"
 )
 
 // report collects the sections and writes them as Markdown, with an SVG chart of scenarios 1 and 2.
@@ -180,11 +181,11 @@ type rawScripts struct {
 
 func newRawScripts(rdb rueidis.Client) *rawScripts {
 	load := func(name string) *rueidis.Lua {
-		src, err := os.ReadFile(filepath.Join("..", "lua", name+".lua"))
+		src, err := luasrc.Load(os.DirFS(filepath.Join("..", "lua")), name)
 		if err != nil {
 			log.Fatalf("reading relock's scripts (run from bench/): %v", err)
 		}
-		return rueidis.NewLuaScript(string(src))
+		return rueidis.NewLuaScript(src)
 	}
 	return &rawScripts{rdb: rdb, acquire: load("rlock_acquire"), release: load("rlock_release"), key: "bench:raw"}
 }
