@@ -14,33 +14,20 @@
 --
 -- Returns -1 when the owner holds no read lock (or its count is not ARGV[3]): nothing was changed;
 --         the owner's remaining read count otherwise (for a repeated request, the current one).
+-- @include lib/release.lua
+
+if redis.call('hget', KEYS[1], 'mode') == false then
+  return -1
+end
 local owner = ARGV[1]
-local count = redis.call('hget', KEYS[1], owner)
-if not count or redis.call('hget', KEYS[1], 'mode') == false then
-  return -1
-end
-if ARGV[3] ~= '' and count ~= ARGV[3] then
-  return -1
-end
-local request = string.sub(ARGV[4], 2)
-if string.sub(ARGV[4], 1, 1) == '?' and redis.call('hget', KEYS[3], owner) == request then
-  return tonumber(count)
-end
 local prefix = ARGV[6] .. ':'
-count = redis.call('hincrby', KEYS[1], owner, -1)
-redis.call('del', prefix .. owner .. ':rwlock_timeout:' .. (count + 1))
-if count > 0 then
-  if ARGV[4] ~= '' then
-    redis.call('hset', KEYS[3], owner, request)
-    local ttl = redis.call('pttl', KEYS[1])
-    if ttl > 0 then
-      redis.call('pexpire', KEYS[3], ttl)
-    end
-  end
-  return count
+-- Each read hold level has its own key, deleted with the hold.
+local left = release_shared_hold(KEYS[1], KEYS[3], owner, ARGV[3], ARGV[4], function(level)
+  redis.call('del', prefix .. owner .. ':rwlock_timeout:' .. level)
+end)
+if left ~= 0 then
+  return left
 end
-redis.call('hdel', KEYS[1], owner)
-redis.call('hdel', KEYS[3], owner)
 
 -- Is anyone left? The writer (a downgrade), or a reader with a hold level that has not expired. The
 -- search stops at the first: with many readers, releases stay cheap. Readers whose levels all expired and

@@ -12,31 +12,15 @@
 --
 -- Returns -1 when the owner does not hold the write lock (or its count is not ARGV[3]): nothing changed;
 --         the owner's remaining write count otherwise (for a repeated request, the current one).
-local writer = ARGV[1]
-local count = redis.call('hget', KEYS[1], writer)
-if not count or redis.call('hget', KEYS[1], 'mode') ~= 'write' then
+-- @include lib/release.lua
+
+if redis.call('hget', KEYS[1], 'mode') ~= 'write' then
   return -1
 end
-if ARGV[3] ~= '' and count ~= ARGV[3] then
-  return -1
+local left = release_shared_hold(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[4], nil)
+if left ~= 0 then
+  return left
 end
-local request = string.sub(ARGV[4], 2)
-if string.sub(ARGV[4], 1, 1) == '?' and redis.call('hget', KEYS[3], writer) == request then
-  return tonumber(count)
-end
-count = redis.call('hincrby', KEYS[1], writer, -1)
-if count > 0 then
-  if ARGV[4] ~= '' then
-    redis.call('hset', KEYS[3], writer, request)
-    local ttl = redis.call('pttl', KEYS[1])
-    if ttl > 0 then
-      redis.call('pexpire', KEYS[3], ttl)
-    end
-  end
-  return count
-end
-redis.call('hdel', KEYS[1], writer)
-redis.call('hdel', KEYS[3], writer)
 if redis.call('hlen', KEYS[1]) == 1 then
   redis.call('del', KEYS[1], KEYS[3])
 else

@@ -39,3 +39,39 @@ local function release_hold(lock, record, field, expected, request)
   redis.call('del', lock, record)
   return 0
 end
+
+-- release_shared_hold is release_hold for a lock with many holders (a read-write lock): its release record
+-- is a hash from owner field to the request id of that owner's last release that left it holding, and the
+-- last hold removes the owner's field from the lock and from the record, not the lock itself (the caller
+-- decides about that). released, when not nil, is called with the hold level just released (the count
+-- before the decrement), before anything else is written.
+local function release_shared_hold(lock, record, field, expected, request, released)
+  local count = redis.call('hget', lock, field)
+  if not count then
+    return -1
+  end
+  if expected ~= '' and count ~= expected then
+    return -1
+  end
+  local id = string.sub(request, 2)
+  if string.sub(request, 1, 1) == '?' and redis.call('hget', record, field) == id then
+    return tonumber(count)
+  end
+  count = redis.call('hincrby', lock, field, -1)
+  if released then
+    released(count + 1)
+  end
+  if count > 0 then
+    if request ~= '' then
+      redis.call('hset', record, field, id)
+      local ttl = redis.call('pttl', lock)
+      if ttl > 0 then
+        redis.call('pexpire', record, ttl)
+      end
+    end
+    return count
+  end
+  redis.call('hdel', lock, field)
+  redis.call('hdel', record, field)
+  return 0
+end
