@@ -380,11 +380,12 @@ func TestWatch(t *testing.T) {
 	type result struct {
 		out, errOut string
 		code        int
+		err         error
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, errOut, code := runBin(t, "", "watch", name, "--redis", srv.Addr(), "--json", "--interval", "20ms", "--for", "3s")
-		done <- result{out, errOut, code}
+		out, errOut, code, err := execBin("", "watch", name, "--redis", srv.Addr(), "--json", "--interval", "20ms", "--for", "3s")
+		done <- result{out, errOut, code, err}
 	}()
 	// Let watch read the initial state, then lock, re-enter, and unlock, pausing long enough for each step
 	// to be seen.
@@ -398,6 +399,9 @@ func TestWatch(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
 	if r.code != 0 {
 		t.Fatalf("watch: exit %d: %s", r.code, r.errOut)
 	}
@@ -430,11 +434,12 @@ func TestWatchRidesOutRestart(t *testing.T) {
 	type result struct {
 		out, errOut string
 		code        int
+		err         error
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, errOut, code := runBin(t, "", "watch", "w", "--redis", srv.Addr(), "--interval", "50ms", "--timeout", "500ms", "--for", "4s")
-		done <- result{out, errOut, code}
+		out, errOut, code, err := execBin("", "watch", "w", "--redis", srv.Addr(), "--interval", "50ms", "--timeout", "500ms", "--for", "4s")
+		done <- result{out, errOut, code, err}
 	}()
 	time.Sleep(time.Second)
 	if err := srv.Kill(); err != nil {
@@ -449,6 +454,9 @@ func TestWatchRidesOutRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
 	if r.code != 0 {
 		t.Fatalf("watch: exit %d\n%s%s", r.code, r.out, r.errOut)
 	}

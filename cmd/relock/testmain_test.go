@@ -43,9 +43,19 @@ func testMain(m *testing.M) int {
 }
 
 // runBin runs relockBin with args and stdin, and returns its stdout, its stderr and its exit status. It
-// fails t if the binary cannot be run or does not end within binTimeout.
+// fails t if the binary cannot be run or does not end within binTimeout. Call it from the test's goroutine;
+// other goroutines use execBin.
 func runBin(t testing.TB, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	stdout, stderr, code, err := execBin(stdin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stdout, stderr, code
+}
+
+// execBin is runBin without a testing.TB: err says why the binary could not be run or did not end.
+func execBin(stdin string, args ...string) (stdout, stderr string, code int, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), binTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, relockBin, args...)
@@ -54,15 +64,16 @@ func runBin(t testing.TB, stdin string, args ...string) (stdout, stderr string, 
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
+	err = cmd.Run()
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
-		t.Fatalf("relock %s: did not end within %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), binTimeout, &out, &errOut)
+		return out.String(), errOut.String(), 0, fmt.Errorf("relock %s: did not end within %v\nstdout:\n%s\nstderr:\n%s",
+			strings.Join(args, " "), binTimeout, &out, &errOut)
 	case errors.As(err, &exit):
 		code = exit.ExitCode()
 	case err != nil:
-		t.Fatalf("relock %s: %v", strings.Join(args, " "), err)
+		return out.String(), errOut.String(), 0, fmt.Errorf("relock %s: %v", strings.Join(args, " "), err)
 	}
-	return out.String(), errOut.String(), code
+	return out.String(), errOut.String(), code, nil
 }
