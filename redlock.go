@@ -92,7 +92,10 @@ func (r *RedLock) drift(ttl time.Duration) time.Duration {
 }
 
 // Lock acquires the lock on a majority of nodes for the owner of ctx, trying again after random delays as
-// long as ctx allows. Without a lease the parts are kept alive by their watchdogs until Unlock.
+// long as ctx allows. Without a lease the parts are kept alive by their watchdogs until Unlock. When nodes
+// fail (unreachable, slower than NodeTimeout) so that no majority could answer, it returns an error
+// matching ErrNoQuorum: at once on its first attempt, or, once it is waiting for other owners, when they
+// have kept failing for 10 seconds.
 func (r *RedLock) Lock(ctx context.Context) error {
 	_, err := r.tryLock(ctx, "lock", -1, 0)
 	return err
@@ -126,13 +129,29 @@ func (r *RedLock) tryLock(ctx context.Context, op string, wait, lease time.Durat
 	}
 	tel, start := r.parts[0].core().c.tel, time.Now()
 	ctx, span := tel.startSpan(ctx, "relock.acquire", kindRedLock, r.name)
-	var lastNodeErr error
+	var (
+		lastNodeErr  error
+		round        int
+		troubleSince time.Time // when rounds began to fail for node errors
+	)
 	delay := func(int) time.Duration { return rand.N(r.retryDelay()) }
 	ok, rounds, err := retryRounds(ctx, wait, delay, func(ctx context.Context) (bool, error) {
+		round++
 		ok, nodeErr, err := r.round(ctx, lease)
 		lastNodeErr = nodeErr
-		if nodeErr != nil && wait < 0 { // Lock waits for other owners, not for nodes to come back
-			return false, fmt.Errorf("%w: %w", ErrNoQuorum, nodeErr)
+		if nodeErr == nil {
+			troubleSince = time.Time{}
+		} else if wait < 0 {
+			// Lock reports node failures at its first round, as an RLock reports a failed first attempt.
+			// Once it waits for other owners it rides them out, as an RLock's waiter rides out transient
+			// errors, for up to transientGrace: a node slower than the node timeout now and then (a loaded
+			// machine, a failover) must not end a long wait.
+			if troubleSince.IsZero() {
+				troubleSince = time.Now()
+			}
+			if round == 1 || time.Since(troubleSince) > transientGrace {
+				return false, fmt.Errorf("%w: %w", ErrNoQuorum, nodeErr)
+			}
 		}
 		return ok, err
 	})

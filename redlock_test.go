@@ -127,6 +127,70 @@ func TestRedLockPausedNodeCostsOnlyNodeTimeout(t *testing.T) {
 	}
 }
 
+// Lock reports node failures that cost the majority at its first attempt; once it waits for another
+// owner it rides them out, and gets the lock when the nodes are back and the owner lets go.
+func TestRedLockWaiterRidesOutNodeFailures(t *testing.T) {
+	t.Parallel()
+	nodes := startRedlockNodes(t, nil)
+	ctx := ctxTimeout(t, 60*time.Second)
+	rl := redlock(nodes.clients, "waiter", &relock.RedLockOptions{NodeTimeout: 100 * time.Millisecond})
+	pause := func(paused bool) {
+		for _, s := range nodes.servers[:3] {
+			var err error
+			if paused {
+				err = s.Pause()
+			} else {
+				err = s.Resume()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	pause(true)
+	start := time.Now()
+	if err := rl.Lock(relock.WithOwner(ctx, "first")); !errors.Is(err, relock.ErrNoQuorum) || time.Since(start) > 2*time.Second {
+		t.Fatalf("Lock with 3 of 5 nodes paused = %v after %v, want ErrNoQuorum at once", err, time.Since(start))
+	}
+	pause(false)
+	eventually(t, 5*time.Second, "no key is left on any node", func() bool {
+		for i := range nodes.servers {
+			if len(nodes.keysOn(t, i)) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	holder := relock.WithOwner(ctx, "holder")
+	if err := rl.Lock(holder); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- rl.Lock(relock.WithOwner(ctx, "waiter")) }()
+	time.Sleep(300 * time.Millisecond) // the waiter is waiting
+	pause(true)
+	time.Sleep(time.Second) // the waiter's attempts fail for node errors meanwhile
+	pause(false)
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter's Lock returned %v while the lock was held", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := rl.Unlock(holder); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter's Lock = %v, want the lock", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock after the nodes came back and the holder let go")
+	}
+}
+
 func TestRedLockLeavesForeignHoldsAlone(t *testing.T) {
 	t.Parallel()
 	nodes := startRedlockNodes(t, nil)

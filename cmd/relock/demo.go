@@ -401,8 +401,9 @@ func (w *demoWorker) read(ctx, phase context.Context, locked bool) (demoStats, e
 	return st, nil
 }
 
-// demoAcquire takes l for the owner of ctx. A RedLock's Lock fails when too few masters answered in
-// time; like an application would, the demo then tries again.
+// demoAcquire takes l for the owner of ctx. A RedLock's Lock fails at once when too few masters answer
+// its first attempt in time (relock.ErrNoQuorum; a loaded machine); like an application would, the demo
+// then tries again.
 func demoAcquire(ctx context.Context, l relock.Locker) error {
 	for {
 		err := l.Lock(ctx)
