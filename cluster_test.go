@@ -251,6 +251,30 @@ func TestClusterFailoverWithWaitersAndHolder(t *testing.T) {
 	}
 }
 
+// holdThroughFailover takes l, kills the master of its key and waits until a replica has taken over. It
+// returns the hold's context.
+func holdThroughFailover(t *testing.T, ctx context.Context, cl *redistest.Cluster, l *relock.RLock) context.Context {
+	t.Helper()
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held, err := l.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	master, err := cl.MasterOf(l.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := master.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.WaitMasterOf(l.Name(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return held
+}
+
 func TestClusterReplicaAckKeepsHoldThroughFailover(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
@@ -259,24 +283,8 @@ func TestClusterReplicaAckKeepsHoldThroughFailover(t *testing.T) {
 	ctx := ctxTimeout(t, 90*time.Second)
 	const name = "acked"
 	l := c.Lock(name, relock.WithReplicaAck(1, time.Second))
-	if err := l.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	held, err := l.HoldContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	master, err := cl.MasterOf(name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The replica acknowledged the hold before Lock returned: killing the master at once loses nothing.
-	if err := master.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.WaitMasterOf(name, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	held := holdThroughFailover(t, ctx, cl, l)
 	time.Sleep(7 * time.Second) // past the hold's expiry, had it not been renewed
 	if held.Err() != nil {
 		t.Fatalf("an acknowledged hold was lost in the failover: %v", context.Cause(held))
@@ -353,24 +361,7 @@ func TestClusterFailoverLosesUnreplicatedHold(t *testing.T) {
 	rdb := d.raw(t)
 	ctx := ctxTimeout(t, 90*time.Second)
 	const name = "unreplicated"
-	l := c.Lock(name)
-	if err := l.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	held, err := l.HoldContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	master, err := cl.MasterOf(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := master.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.WaitMasterOf(name, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	held := holdThroughFailover(t, ctx, cl, c.Lock(name))
 	// Replication is asynchronous: the promoted replica may lack a hold its master granted just before it
 	// died. (On loopback the replica gets it nearly always, so the hold is removed from it by hand: the
 	// state is the same.) The holder must learn it at its next renewal.

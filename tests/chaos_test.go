@@ -146,11 +146,7 @@ func TestPausedHolder(t *testing.T) {
 func TestLatencySpikes(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	proxy, err := faultnet.Start(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv)
 	opts := &relock.Options{WatchdogTimeout: 2 * time.Second}
 	clients := []*relock.Client{newClient(t, []string{proxy.Addr}, opts), newClient(t, []string{proxy.Addr}, opts)}
 	s := &summary{scenario: "latency-spikes"}
@@ -232,11 +228,7 @@ func contend(t *testing.T, clients []*relock.Client, addr, name string, d time.D
 func TestStallLongerThanHold(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	proxy, err := faultnet.Start(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv)
 	holder := newClient(t, []string{proxy.Addr}, &relock.Options{WatchdogTimeout: time.Second})
 	other := newClient(t, []string{srv.Addr()}, nil)
 	ctx := ctxTimeout(t, 30*time.Second)
@@ -289,11 +281,7 @@ func TestRedLockPartitions(t *testing.T) {
 	var proxies []*faultnet.Proxy
 	var clients [2][]*relock.Client
 	for _, srv := range servers {
-		p, err := faultnet.Start(srv.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
+		p := startProxy(t, srv)
 		proxies = append(proxies, p)
 		for i := range clients {
 			clients[i] = append(clients[i], newClient(t, []string{p.Addr}, &relock.Options{WatchdogTimeout: 2 * time.Second}))

@@ -12,7 +12,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/relock-go/relock"
-	"github.com/relock-go/relock/internal/faultnet"
 )
 
 // TestServerFaultsUnderLoad: while Clients contend for a lock, the server is stopped (SIGSTOP) and resumed,
@@ -66,11 +65,7 @@ func TestServerFaultsUnderLoad(t *testing.T) {
 func TestReadWriteUnderFaults(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	proxy, err := faultnet.Start(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv)
 	opts := &relock.Options{WatchdogTimeout: 2 * time.Second}
 	clients := []*relock.Client{newClient(t, []string{proxy.Addr}, opts), newClient(t, []string{proxy.Addr}, opts)}
 	s := &summary{scenario: "read-write-under-faults"}
@@ -149,11 +144,7 @@ func TestFairOrderUnderLatency(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
 	rdb := rawClient(t, srv.Addr())
-	proxy, err := faultnet.Start(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv)
 	clients := []*relock.Client{newClient(t, []string{proxy.Addr}, nil), newClient(t, []string{srv.Addr()}, nil)}
 	ctx := ctxTimeout(t, 60*time.Second)
 	s := &summary{scenario: "fair-order-under-latency"}

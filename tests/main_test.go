@@ -25,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -180,6 +181,17 @@ func expectLine(t testing.TB, lines <-chan string, prefix string, within time.Du
 
 // server starts a redis-server for t.
 func server(t testing.TB) *redistest.Server { return redistest.Start(t) }
+
+// startProxy starts a faultnet proxy in front of srv, closed when t ends.
+func startProxy(t testing.TB, srv *redistest.Server) *faultnet.Proxy {
+	t.Helper()
+	p, err := faultnet.Start(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
 
 // rawClientNoTest is rawClient for helper processes, which have no test.
 func rawClientNoTest(addr string) rueidis.Client {
