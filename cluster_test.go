@@ -33,7 +33,7 @@ func TestClusterNamesWithBraces(t *testing.T) {
 	rdb := d.raw(t)
 	ctx := ctxTimeout(t, 60*time.Second)
 	// Names that look alike: each must be its own lock, and each lock's keys must share one slot.
-	names := []string{p + "x", "{" + p + "x}", p + "a{" + p + "x}", p + "a{" + p + "x}b", p + "open{brace", "{" + p + "}tagged"}
+	names := []string{p + "x", "{" + p + "x}", p + "a{" + p + "x}", p + "a{" + p + "x}b", "{" + p + "}tagged"}
 	for _, name := range names {
 		if err := c.Lock(name).Lock(ctx); err != nil {
 			t.Fatalf("%q: %v", name, err)
@@ -83,7 +83,7 @@ func TestClusterNamesWithBraces(t *testing.T) {
 		_ = c.FairLock(name + "/fair").Unlock(ctx)
 		_ = c.ReadWriteLock(name + "/rw").ReadLock().Unlock(ctx)
 	}
-	for _, bad := range []string{"}", p + "a}b", p + "{}x}"} {
+	for _, bad := range []string{"}", p + "a}b", p + "{}x}", p + "open{brace", p + "a{}"} {
 		if err := c.Lock(bad).Lock(ctx); !errors.Is(err, relock.ErrInvalidName) {
 			t.Errorf("Lock(%q) = %v, want ErrInvalidName", bad, err)
 		}

@@ -21,8 +21,10 @@ var (
 	// ErrNilClient means a lock was made from a nil *Client, or New/Wrap got no Redis client.
 	ErrNilClient = errors.New("relock: nil client")
 
-	// ErrInvalidName means a lock name is empty, or contains a "}" outside a hash tag ("{...}"): such a
-	// name's companion keys (channel, queue, counters) could not share its Redis Cluster slot.
+	// ErrInvalidName means a lock name is one whose companion keys and channels, formed by Redisson's rule
+	// (see Client.Lock), would not share its Redis Cluster slot. Exactly these names are refused, on every
+	// deployment: the empty name; a name with a "{" whose first "{" is not followed, later, by a "}" with
+	// something between them ("a{", "a{b", "a{}", "{}a"); and a name with a "}" but no "{" ("a}b", "}").
 	ErrInvalidName = errors.New("relock: invalid lock name")
 
 	// ErrInvalidDuration means a wait, lease or timeout is negative, or zero where zero has no meaning.

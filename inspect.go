@@ -126,7 +126,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockState, error) {
 	}
 	keys := []string{name, companion("redisson_lock_queue", name), companion("redisson_lock_timeout", name),
 		companion("relock_rwlock_writers", name), companion("redisson_lock_token", name)}
-	reply, err := c.run(ctx, scriptInspect, keys, []string{nameTag(name), strconv.Itoa(inspectQueueLimit)}).ToArray()
+	reply, err := c.run(ctx, scriptInspect, keys, []string{nameBase(name), strconv.Itoa(inspectQueueLimit)}).ToArray()
 	if err != nil {
 		return st, wrapErr("inspect", name, err)
 	}

@@ -4,19 +4,20 @@ import "strings"
 
 // A lock is a key named after the lock, plus companion keys and channels (its release channel, a fair
 // lock's queue, a read-write lock's read-hold keys, the fencing counter...). Every script touches the lock
-// key and its companions together, so on Redis Cluster they must all hash to one slot, and two locks'
-// companions must never coincide. Redisson forms companions as "prefix:{name}", whose hash tag is the
-// name itself: right for names without braces, which is every name relock sees in practice. A name with
-// braces needs more care, because Redis hashes only the content of its first "{...}" pair:
+// key and its companions together, so on Redis Cluster they must all hash to one slot; and Java services
+// using Redisson must find the same companions. relock therefore builds them exactly as Redisson does:
 //
-//   - no braces: "prefix:{name}", Redisson's form;
-//   - a hash tag t (the first "{" is followed, later, by a "}", with something between): "prefix:{t}:name",
-//     in t's slot like the name, and distinct from every other name's companions (the tag is read up to
-//     the first "}", so the name that follows it is recovered whole);
-//   - a "{" but no tag, and no "}": "prefix:{name}", whose tag is the whole name, as the name's own hash is;
-//   - a "}" without a tag before it: no tag can carry a "}", so no companion can share the name's slot.
-//     Such names are refused (ErrInvalidName) on every deployment, so that code does not break when it
-//     moves to a cluster.
+//   - a companion of a lock is "<prefix>:" + base, where base is "{<name>}" for a name without "{", and
+//     the name itself for a name with one (Redisson's prefixName);
+//   - a read-write lock's read-hold keys are base + ":<owner>:rwlock_timeout:<n>" (Redisson's suffixName).
+//
+// Redis hashes only the content of a key's first "{...}" pair, when it is not empty. For a name without
+// "{", base's tag is the whole name, in the name's own slot unless the name holds a "}" (the tag would end
+// there). For a name with "{", base is the name, so every companion has the name's first "{...}" pair,
+// and so its slot, unless that pair is missing or empty (then the name hashes whole, and its companions,
+// being longer, elsewhere). The names for which Redisson's rule puts a companion in another slot than the
+// lock are refused (ErrInvalidName) on every deployment, so that code does not break when it moves to a
+// cluster: see validName.
 
 // slotKey returns the part of key that Redis Cluster hashes to find its slot, and whether that is a hash
 // tag (rather than the whole key).
@@ -29,27 +30,32 @@ func slotKey(key string) (string, bool) {
 	return key, false
 }
 
-// validName reports whether name can be a lock's name: non-empty, and with companions in its slot.
+// validName reports whether name can be a lock's name: not empty, and with every companion in its slot.
+// That refuses exactly the names with a "{" but no hash tag after it (no "}" after the first "{", or
+// "{}" there: "a{", "a{}", "{}a"), and the names with a "}" but no "{" ("a}", "}").
 func validName(name string) bool {
 	if name == "" {
 		return false
 	}
-	_, tagged := slotKey(name)
-	return tagged || !strings.Contains(name, "}")
+	if strings.IndexByte(name, '{') >= 0 {
+		_, tagged := slotKey(name)
+		return tagged
+	}
+	return strings.IndexByte(name, '}') < 0
 }
 
-// nameTag returns what follows a companion's prefix: "{name}", or "{t}:name" for a name with hash tag t.
-// validName(name) must hold.
-func nameTag(name string) string {
-	if tag, tagged := slotKey(name); tagged {
-		return "{" + tag + "}:" + name
+// nameBase returns what follows a companion's prefix and ":" (Redisson's rule): "{name}", or the name
+// itself when it contains "{". It also starts a read-write lock's read-hold keys.
+func nameBase(name string) string {
+	if strings.IndexByte(name, '{') >= 0 {
+		return name
 	}
 	return "{" + name + "}"
 }
 
-// companion returns the key (or channel) prefix:<nameTag>.
+// companion returns the key (or channel) prefix + ":" + nameBase(name).
 func companion(prefix, name string) string {
-	return prefix + ":" + nameTag(name)
+	return prefix + ":" + nameBase(name)
 }
 
 // slot returns the Redis Cluster slot of key (CRC16/XMODEM of its slot key, mod 16384).

@@ -58,7 +58,7 @@ func (c *Client) ReadWriteLock(name string, opts ...LockOption) *ReadWriteLock {
 	// The read-hold keys start with the lock's tag, which every script that forms them is given.
 	var tag []string
 	if validName(name) {
-		tag = []string{nameTag(name)}
+		tag = []string{nameBase(name)}
 	}
 
 	read := &ReadLock{r: newReentrant(c, kindRead, name, opts)}
