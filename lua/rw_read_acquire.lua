@@ -9,7 +9,7 @@
 -- ARGV[1]  how long the hold lives, in milliseconds
 -- ARGV[2]  the owner field (the reader's field)
 -- ARGV[3]  the same owner's writer field, "<owner>:write": a writer may take the read lock (downgrade)
--- ARGV[4]  the lock's tag: "{<name>}" (Redisson's), or "{<t>}:<name>" for a name with hash tag t, so that
+-- ARGV[4]  the lock's base: "{<name>}", or the name itself when it holds a "{" (Redisson's suffixName), so that
 --          the read-hold keys share the lock's slot
 --
 -- Returns {1, readCount, 0} when the owner now holds the read lock (first or reentrant);
