@@ -22,6 +22,7 @@ package relock
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"sync"
@@ -39,6 +40,11 @@ import (
 // WatchdogTimeout zero. It is Redisson's lockWatchdogTimeout default.
 const DefaultWatchdogTimeout = 30 * time.Second
 
+// MinWatchdogTimeout is the shortest WatchdogTimeout New and Wrap accept. The watchdog renews holds every
+// WatchdogTimeout/3 and retries a failed renewal after WatchdogTimeout/10 (at least 10 ms): below this,
+// holds would be lost to ordinary scheduling delays.
+const MinWatchdogTimeout = 100 * time.Millisecond
+
 // retryAttemptTimeout bounds one attempt of a background retry (retryUnknown), and retryBackoff is the
 // pause between attempts.
 const (
@@ -51,7 +57,8 @@ type Options struct {
 	// WatchdogTimeout is how long a hold acquired without a lease lives in Redis between renewals: the
 	// watchdog renews such holds every WatchdogTimeout/3 while they are held, so a holder that dies or is
 	// cut off loses the lock within WatchdogTimeout. Zero means DefaultWatchdogTimeout; it is rounded up to
-	// whole milliseconds and must not be negative.
+	// whole milliseconds. A negative one, or one below MinWatchdogTimeout, makes New and Wrap fail with an
+	// error matching ErrInvalidOptions and ErrInvalidDuration.
 	WatchdogTimeout time.Duration
 
 	// Redis is the configuration New starts from when it builds its rueidis client (authentication, TLS,
@@ -102,8 +109,18 @@ type Client struct {
 const ClientNamePrefix = "relock-"
 
 // New returns a Client with its own rueidis client connected to addrs (host:port of a Redis server; the
-// seed nodes of a cluster), named ClientNamePrefix + its ID. Close closes that connection.
+// seed nodes of a cluster), named ClientNamePrefix + its ID. Close closes that connection. It is
+// NewContext with context.Background(): it connects before it returns, and so waits, when Redis is down or
+// does not answer, for up to the dial timeout (Options.Redis.Dialer.Timeout; rueidis's default is 5 s).
 func New(addrs []string, opts *Options) (*Client, error) {
+	return NewContext(context.Background(), addrs, opts)
+}
+
+// NewContext is New bounded by ctx: it connects to Redis before it returns (rueidis dials eagerly, and on a
+// cluster reads its topology), for no longer than ctx allows nor the dial timeout. When no connection could
+// be made it returns an error matching ErrUnavailable, with the cause (and ctx.Err(), when ctx ended first).
+// ctx bounds only the connection made here: the Client is not tied to it afterwards.
+func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -119,13 +136,16 @@ func New(addrs []string, opts *Options) (*Client, error) {
 	if _, err := o.validate(); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, &opError{op: "new", err: fmt.Errorf("%w: %w", ErrUnavailable, err)}
+	}
 	id := uuid.NewString()
 	if ro.ClientName == "" {
 		ro.ClientName = ClientNamePrefix + id
 	}
-	rdb, err := rueidis.NewClient(ro)
+	rdb, err := connect(ctx, ro)
 	if err != nil {
-		return nil, wrapErr("new", "", err)
+		return nil, &opError{op: "new", err: err}
 	}
 	c, err := newClient(rdb, false, id, o)
 	if err != nil {
@@ -147,12 +167,52 @@ func Wrap(rdb rueidis.Client, opts *Options) (*Client, error) {
 	return newClient(rdb, true, uuid.NewString(), o)
 }
 
+// connect makes the rueidis client of ro, within ctx: the dial timeout is cut to ctx's deadline, and a ctx
+// that ends first abandons the attempt (the client it may still make is closed).
+func connect(ctx context.Context, ro rueidis.ClientOption) (rueidis.Client, error) {
+	if ro.Dialer.Timeout <= 0 {
+		ro.Dialer.Timeout = rueidis.DefaultDialTimeout
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		ro.Dialer.Timeout = max(min(ro.Dialer.Timeout, time.Until(dl)), time.Millisecond)
+	}
+	type made struct {
+		rdb rueidis.Client
+		err error
+	}
+	done := make(chan made, 1)
+	go func() {
+		rdb, err := rueidis.NewClient(ro)
+		done <- made{rdb, err}
+	}()
+	select {
+	case m := <-done:
+		if m.err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return nil, fmt.Errorf("%w: %w (%w)", ErrUnavailable, cerr, m.err)
+			}
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, m.err)
+		}
+		return m.rdb, nil
+	case <-ctx.Done():
+		go func() { // the attempt ends within the dial timeout; close what it makes
+			if m := <-done; m.rdb != nil {
+				m.rdb.Close()
+			}
+		}()
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	}
+}
+
 func (o Options) validate() (Options, error) {
 	switch {
 	case o.WatchdogTimeout < 0:
-		return o, &opError{op: "new", err: ErrInvalidDuration}
+		return o, &opError{op: "new", err: fmt.Errorf("%w: %w: negative watchdog timeout", ErrInvalidOptions, ErrInvalidDuration)}
 	case o.WatchdogTimeout == 0:
 		o.WatchdogTimeout = DefaultWatchdogTimeout
+	case o.WatchdogTimeout < MinWatchdogTimeout:
+		return o, &opError{op: "new", err: fmt.Errorf("%w: %w: watchdog timeout %v is below the minimum, %v",
+			ErrInvalidOptions, ErrInvalidDuration, o.WatchdogTimeout, MinWatchdogTimeout)}
 	}
 	o.WatchdogTimeout = roundUpToMillis(o.WatchdogTimeout)
 	return o, nil

@@ -1,7 +1,9 @@
 package relock
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -46,8 +48,13 @@ var (
 	// ErrNotFenced means FencingToken was called on a lock made without WithFencing.
 	ErrNotFenced = errors.New("relock: lock is not fenced")
 
-	// ErrInvalidOptions means the Options given to New or Wrap cannot work (for example, no Redis address).
+	// ErrInvalidOptions means the Options given to New or Wrap cannot work (for example, no Redis address,
+	// or a watchdog timeout below MinWatchdogTimeout).
 	ErrInvalidOptions = errors.New("relock: invalid options")
+
+	// ErrUnavailable means New or NewContext could not connect to Redis (down, unreachable, not answering)
+	// before the dial timeout or the context ended. It wraps the cause.
+	ErrUnavailable = errors.New("relock: redis unavailable")
 )
 
 // errUnexpectedReply means a script answered in a shape it never produces: the key was changed by
@@ -83,6 +90,21 @@ func wrapErr(op, name string, err error) error {
 	}
 	if errors.Is(err, rueidis.ErrClosing) {
 		err = ErrClosed
+	}
+	return &opError{op: op, name: name, err: err}
+}
+
+// wrapErrCtx is wrapErr for an operation made with ctx: once ctx has ended, the error matches ctx's error
+// (errors.Is), whatever else went wrong as it ended (a dial that timed out, a broken connection).
+func wrapErrCtx(ctx context.Context, op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, rueidis.ErrClosing) {
+		err = ErrClosed
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w (%w)", cerr, err)
 	}
 	return &opError{op: op, name: name, err: err}
 }

@@ -75,7 +75,7 @@ func (l *FairLock) Lock(ctx context.Context) error {
 // before. lease must be positive (ErrInvalidDuration otherwise).
 func (l *FairLock) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if lease <= 0 {
-		return l.core().fail("lock", ErrInvalidDuration)
+		return l.core().fail(ctx, "lock", ErrInvalidDuration)
 	}
 	_, err := l.core().tryLock(ctx, "lock", -1, lease)
 	return err
@@ -88,7 +88,7 @@ func (l *FairLock) LockWithLease(ctx context.Context, lease time.Duration) error
 // when wait ran out; the owner has then left the queue.
 func (l *FairLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 || lease < 0 {
-		return false, l.core().fail("trylock", ErrInvalidDuration)
+		return false, l.core().fail(ctx, "trylock", ErrInvalidDuration)
 	}
 	return l.core().tryLock(ctx, "trylock", wait, lease)
 }

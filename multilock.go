@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,7 @@ const multiReleaseTimeout = time.Second
 type MultiLock struct {
 	parts []Lockable
 	name  string
+	holds holdWatches
 }
 
 // NewMultiLock returns the lock that holds all of parts at once. With no parts, or a nil part, every
@@ -67,8 +69,17 @@ func partNames(parts []Lockable) string {
 	return strings.Join(names, ",")
 }
 
-// check validates the parts and ctx, and returns ctx carrying the caller's owner for the parts.
+// checkParts validates the parts and ctx, and returns ctx carrying the caller's owner for the parts.
 func checkParts(ctx context.Context, parts []Lockable) (context.Context, error) {
+	if err := ctx.Err(); err != nil {
+		return ctx, err
+	}
+	return partsOwner(ctx, parts)
+}
+
+// partsOwner validates the parts, and returns ctx carrying the caller's owner for the parts, whether or not
+// ctx has ended (an Unlock releases even then).
+func partsOwner(ctx context.Context, parts []Lockable) (context.Context, error) {
 	if len(parts) == 0 {
 		return ctx, ErrInvalidOptions
 	}
@@ -76,11 +87,31 @@ func checkParts(ctx context.Context, parts []Lockable) (context.Context, error) 
 		if p == nil || p.core() == nil {
 			return ctx, ErrNilClient
 		}
-		if err := p.core().check(ctx); err != nil {
+		if err := p.core().usable(); err != nil {
 			return ctx, err
 		}
 	}
 	return withResolvedOwner(ctx)
+}
+
+// partsClosed returns a channel closed as soon as the Client of any part is closed, and the function that
+// stops watching.
+func partsClosed(parts []Lockable) (<-chan struct{}, func()) {
+	closed := make(chan struct{})
+	var once sync.Once
+	var stops []func() bool
+	seen := make(map[*Client]bool)
+	for _, p := range parts {
+		if c := p.core().c; !seen[c] {
+			seen[c] = true
+			stops = append(stops, context.AfterFunc(c.life, func() { once.Do(func() { close(closed) }) }))
+		}
+	}
+	return closed, func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
 }
 
 // Lock acquires every part for the owner of ctx, waiting as long as ctx allows. Without a lease, the
@@ -119,17 +150,19 @@ func (m *MultiLock) tryLock(ctx context.Context, op string, wait, lease time.Dur
 	ctx, span := tel.startSpan(ctx, "relock.acquire", kindMulti, m.name)
 	// The bound of the random delay doubles each round, up to retryDelayMax.
 	delay := func(round int) time.Duration { return rand.N(min(retryDelayMin<<min(round-1, 10), retryDelayMax)) }
-	ok, rounds, err := retryRounds(ctx, wait, delay, func(ctx context.Context) (bool, error) { return m.round(ctx, lease) })
+	ok, rounds, err := retryRounds(ctx, m.parts, wait, delay, func(ctx context.Context) (bool, error) { return m.round(ctx, lease) })
 	o := acquireOutcome(ok, err)
 	tel.acquired(ctx, kindMulti, o, time.Since(start))
 	endSpan(span, o, err, AttrAttempts.Int(rounds), AttrWaitMS.Float64(millis(time.Since(start))))
 	if err != nil {
-		return false, wrapErr(op, m.name, err)
+		return false, wrapErrCtx(ctx, op, m.name, err)
 	}
 	return ok, nil
 }
 
-// round tries every part at once; unless it got them all, it releases what it got.
+// round tries every part at once; unless it got them all, it releases what it got, and only that: a part
+// whose attempt failed with an unknown outcome undoes it itself, and a part the owner held before keeps
+// that hold.
 func (m *MultiLock) round(ctx context.Context, lease time.Duration) (bool, error) {
 	got := make([]bool, len(m.parts))
 	errs := make([]error, len(m.parts))
@@ -148,8 +181,11 @@ func (m *MultiLock) round(ctx context.Context, lease time.Duration) (bool, error
 }
 
 // retryRounds runs round until it succeeds or fails with an error, sleeping delay(n) after the n-th
-// failed round, until wait (< 0: no limit; 0: one round) or ctx runs out. It returns how many rounds ran.
-func retryRounds(ctx context.Context, wait time.Duration, delay func(n int) time.Duration, round func(context.Context) (bool, error)) (bool, int, error) {
+// failed round, until wait (< 0: no limit; 0: one round) or ctx runs out, or the Client of a part is
+// closed (ErrClosed, at once). It returns how many rounds ran.
+func retryRounds(ctx context.Context, parts []Lockable, wait time.Duration, delay func(n int) time.Duration, round func(context.Context) (bool, error)) (bool, int, error) {
+	closed, stop := partsClosed(parts)
+	defer stop()
 	var deadline time.Time
 	if wait > 0 {
 		deadline = time.Now().Add(wait)
@@ -172,6 +208,9 @@ func retryRounds(ctx context.Context, wait time.Duration, delay func(n int) time
 		case <-ctx.Done():
 			timer.Stop()
 			return false, n, ctx.Err()
+		case <-closed:
+			timer.Stop()
+			return false, n, ErrClosed
 		case <-timer.C:
 		}
 	}
@@ -203,11 +242,12 @@ func releaseParts(ctx context.Context, parts []Lockable, got []bool, timeout tim
 }
 
 // Unlock releases one hold of every part, in parallel, and returns every failure (errors.Join): ErrNotHeld
-// for a part the owner did not hold, and the errors of the others.
+// for a part the owner did not hold, and the errors of the others. Like a part's Unlock, it releases even
+// when ctx has ended (in the background; see RLock.Unlock), and then returns errors matching ctx.Err().
 func (m *MultiLock) Unlock(ctx context.Context) error {
-	ctx, err := checkParts(ctx, m.parts)
+	ctx, err := partsOwner(ctx, m.parts)
 	if err != nil {
-		return wrapErr("unlock", m.name, err)
+		return wrapErrCtx(ctx, "unlock", m.name, err)
 	}
 	errs := make([]error, len(m.parts))
 	fanOut(m.parts, func(i int, p Lockable) { errs[i] = p.Unlock(ctx) })
@@ -215,43 +255,95 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 }
 
 // HoldContext returns a context, derived from ctx, that is cancelled (just after, in another goroutine)
-// when the owner's hold on any part ends: with a cause matching ErrLockLost if that part was lost, context.Canceled if released. It
-// returns ErrNotHeld unless the owner holds every part.
+// when the owner's hold on any part ends: with a cause matching ErrLockLost if that part was lost,
+// context.Canceled if released. It returns ErrNotHeld unless the owner holds every part. Calling it again
+// with the same ctx returns the same context, and costs no memory.
 func (m *MultiLock) HoldContext(ctx context.Context) (context.Context, error) {
-	ctx, err := checkParts(ctx, m.parts)
+	octx, err := checkParts(ctx, m.parts)
 	if err != nil {
-		return nil, wrapErr("holdcontext", m.name, err)
+		return nil, wrapErrCtx(ctx, "holdcontext", m.name, err)
 	}
 	held := make([]context.Context, len(m.parts))
 	for i, p := range m.parts {
-		if held[i], err = p.HoldContext(ctx); err != nil {
-			return nil, err
+		if held[i], err = p.core().holdDone(octx); err != nil {
+			return nil, wrapErrCtx(ctx, "holdcontext", m.name, err)
 		}
 	}
 	// Any part's end ends the whole hold, with that part's cause.
-	return watchParts(ctx, held, func(_ int, cause error) error { return cause }), nil
+	return m.holds.watch(ctx, octx, held, func(_ int, cause error) error { return cause }), nil
 }
 
-// watchParts returns a context derived from ctx that a part's end may cancel: when the hold behind one of
-// held ends, decide gets how many parts have been lost so far and that part's cause, and returns the
-// cause to cancel with, or nil to let the hold go on.
-func watchParts(ctx context.Context, held []context.Context, decide func(lost int, cause error) error) context.Context {
-	out, cancel := context.WithCancelCause(ctx)
-	var lost atomic.Int32
-	ended := func(h context.Context) {
-		cause := context.Cause(h)
-		n := int(lost.Load())
-		if errors.Is(cause, ErrLockLost) {
-			n = int(lost.Add(1))
+// holdWatches are the contexts a composite's HoldContext made and that have not ended, by owner and
+// parent context, so that calling HoldContext again and again with one context costs no memory.
+type holdWatches struct {
+	mu sync.Mutex
+	m  map[holdWatchKey]context.Context
+}
+
+type holdWatchKey struct {
+	owner  string
+	parent context.Context
+}
+
+// watch returns a context derived from parent that a part's end may cancel: when the hold behind one of
+// held (the parts' own hold contexts) ends, decide gets how many parts have been lost so far and that
+// part's cause, and returns the cause to cancel with, or nil to let the hold go on. owned carries the
+// owner the parts were resolved for. The context's watches of the parts end with it.
+func (w *holdWatches) watch(parent, owned context.Context, held []context.Context, decide func(lost int, cause error) error) context.Context {
+	key := holdWatchKey{parent: parent}
+	memo := comparableContext(parent)
+	if memo {
+		key.owner, _ = ownerToken(owned)
+		w.mu.Lock()
+		if out := w.m[key]; out != nil && out.Err() == nil { // it watches the same holds: any that ended would have ended it
+			w.mu.Unlock()
+			return out
 		}
-		if c := decide(n, cause); c != nil {
-			cancel(c)
+		w.mu.Unlock()
+	}
+	out, cancel := context.WithCancelCause(parent)
+	stops := watchParts(held, cancel, decide)
+	w.mu.Lock()
+	if memo {
+		if w.m == nil {
+			w.m = make(map[holdWatchKey]context.Context)
 		}
+		w.m[key] = out
 	}
-	for _, h := range held {
-		context.AfterFunc(h, func() { ended(h) })
-	}
+	w.mu.Unlock()
+	context.AfterFunc(out, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		if memo {
+			w.mu.Lock()
+			if w.m[key] == out {
+				delete(w.m, key)
+			}
+			w.mu.Unlock()
+		}
+	})
 	return out
+}
+
+// watchParts calls decide when the hold behind one of held ends, and cancels with the cause it returns, if
+// any. It returns the functions that stop watching each part.
+func watchParts(held []context.Context, cancel context.CancelCauseFunc, decide func(lost int, cause error) error) []func() bool {
+	var lost atomic.Int32
+	stops := make([]func() bool, len(held))
+	for i, h := range held {
+		stops[i] = context.AfterFunc(h, func() {
+			cause := context.Cause(h)
+			n := int(lost.Load())
+			if errors.Is(cause, ErrLockLost) {
+				n = int(lost.Add(1))
+			}
+			if c := decide(n, cause); c != nil {
+				cancel(c)
+			}
+		})
+	}
+	return stops
 }
 
 // acquireOutcome is how an acquisition that returned ok and err ended.

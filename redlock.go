@@ -14,7 +14,8 @@ import (
 // errors (unreachable, stalled past the node timeout) rather than being held by another owner.
 var ErrNoQuorum = errors.New("relock: no quorum of redlock nodes")
 
-// RedLockOptions configures a RedLock. The zero value, and a nil *RedLockOptions, are valid.
+// RedLockOptions configures a RedLock. The zero value, and a nil *RedLockOptions, are valid. A negative
+// duration makes every method of the RedLock return ErrInvalidDuration.
 type RedLockOptions struct {
 	// NodeTimeout bounds each node's part of an attempt, so that a dead or stalled node costs this much,
 	// not the caller's wait. Zero means TTL/20, within [10 ms, 500 ms], where TTL is the lease or, without
@@ -49,6 +50,7 @@ type RedLock struct {
 	quorum int
 	opts   RedLockOptions
 	name   string
+	holds  holdWatches
 }
 
 // NewRedLock returns the lock held when a majority of parts are. Each part should live on its own,
@@ -122,10 +124,25 @@ func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool,
 	return r.tryLock(ctx, "trylock", wait, lease)
 }
 
+// check validates the options, the parts and ctx (see checkParts).
+func (r *RedLock) check(ctx context.Context) (context.Context, error) {
+	if err := r.checkOptions(); err != nil {
+		return ctx, err
+	}
+	return checkParts(ctx, r.parts)
+}
+
+func (r *RedLock) checkOptions() error {
+	if r.opts.NodeTimeout < 0 || r.opts.Drift < 0 || r.opts.RetryDelay < 0 {
+		return ErrInvalidDuration
+	}
+	return nil
+}
+
 func (r *RedLock) tryLock(ctx context.Context, op string, wait, lease time.Duration) (bool, error) {
-	ctx, err := checkParts(ctx, r.parts)
+	ctx, err := r.check(ctx)
 	if err != nil {
-		return false, wrapErr(op, r.name, err)
+		return false, wrapErrCtx(ctx, op, r.name, err)
 	}
 	tel, start := r.parts[0].core().c.tel, time.Now()
 	ctx, span := tel.startSpan(ctx, "relock.acquire", kindRedLock, r.name)
@@ -135,7 +152,7 @@ func (r *RedLock) tryLock(ctx context.Context, op string, wait, lease time.Durat
 		troubleSince time.Time // when rounds began to fail for node errors
 	)
 	delay := func(int) time.Duration { return rand.N(r.retryDelay()) }
-	ok, rounds, err := retryRounds(ctx, wait, delay, func(ctx context.Context) (bool, error) {
+	ok, rounds, err := retryRounds(ctx, r.parts, wait, delay, func(ctx context.Context) (bool, error) {
 		round++
 		ok, nodeErr, err := r.round(ctx, lease)
 		lastNodeErr = nodeErr
@@ -162,7 +179,7 @@ func (r *RedLock) tryLock(ctx context.Context, op string, wait, lease time.Durat
 	tel.acquired(ctx, kindRedLock, o, time.Since(start))
 	endSpan(span, o, err, AttrAttempts.Int(rounds), AttrWaitMS.Float64(millis(time.Since(start))))
 	if err != nil {
-		return false, wrapErr(op, r.name, err)
+		return false, wrapErrCtx(ctx, op, r.name, err)
 	}
 	return ok, nil
 }
@@ -206,7 +223,7 @@ func (r *RedLock) round(ctx context.Context, lease time.Duration) (ok bool, node
 		case roundCtx.Err() != nil && ctx.Err() == nil && errors.Is(errs[i], context.Canceled):
 			// stopped early by this round: unknown
 		case permanent(errs[i]):
-			releaseParts(ctx, r.parts, nil, r.nodeTimeout(ttl))
+			releaseParts(ctx, r.parts, got, r.nodeTimeout(ttl))
 			return false, nil, errs[i]
 		default:
 			nodeErrs = append(nodeErrs, errs[i])
@@ -215,8 +232,10 @@ func (r *RedLock) round(ctx context.Context, lease time.Duration) (ok bool, node
 	if acquired >= r.quorum && ttl-elapsed-r.drift(ttl) > 0 {
 		return true, nil, nil
 	}
-	// Release everywhere, failed nodes too: an acquisition whose reply was lost may have taken one.
-	releaseParts(ctx, r.parts, nil, r.nodeTimeout(ttl))
+	// Release what this round acquired, and only that: a node whose attempt failed with an unknown outcome
+	// undoes it itself (only if it did take a hold level), and a hold the owner had before (a reentrant
+	// acquisition) is left as it was.
+	releaseParts(ctx, r.parts, got, r.nodeTimeout(ttl))
 	if ctx.Err() != nil {
 		return false, nil, ctx.Err()
 	}
@@ -242,14 +261,21 @@ func permanent(err error) bool {
 // ErrNotHeld when no node had it, nil when a majority released it or every other node did not have it,
 // and otherwise the errors of the nodes that failed (errors.Join); a node that did not answer completes
 // the release in the background (see RLock.Unlock), or drops the hold when it expires.
+//
+// Like a part's Unlock, it releases even when ctx has ended (in the background; see RLock.Unlock), and then
+// returns an error matching ctx.Err().
 func (r *RedLock) Unlock(ctx context.Context) error {
-	ctx, err := checkParts(ctx, r.parts)
+	err := r.checkOptions()
+	octx := ctx
+	if err == nil {
+		octx, err = partsOwner(ctx, r.parts)
+	}
 	if err != nil {
-		return wrapErr("unlock", r.name, err)
+		return wrapErrCtx(ctx, "unlock", r.name, err)
 	}
 	errs := make([]error, len(r.parts))
 	fanOut(r.parts, func(i int, p Lockable) {
-		nodeCtx, cancel := context.WithTimeout(ctx, r.nodeTimeout(r.ttl(0))) // a stalled node must not hold up the rest
+		nodeCtx, cancel := context.WithTimeout(octx, r.nodeTimeout(r.ttl(0))) // a stalled node must not hold up the rest
 		defer cancel()
 		errs[i] = p.Unlock(nodeCtx)
 	})
@@ -267,7 +293,9 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	}
 	switch {
 	case released == 0 && len(failures) == 0:
-		return wrapErr("unlock", r.name, ErrNotHeld)
+		return wrapErrCtx(ctx, "unlock", r.name, ErrNotHeld)
+	case ctx.Err() != nil:
+		return wrapErrCtx(ctx, "unlock", r.name, errors.Join(failures...))
 	case released >= r.quorum || len(failures) == 0:
 		return nil
 	}
@@ -279,23 +307,23 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 // node died, restarted or stalled past the hold's expiry), and with context.Canceled when the owner
 // unlocks. It returns ErrNotHeld unless the owner holds a majority of the parts.
 func (r *RedLock) HoldContext(ctx context.Context) (context.Context, error) {
-	ctx, err := checkParts(ctx, r.parts)
+	octx, err := r.check(ctx)
 	if err != nil {
-		return nil, wrapErr("holdcontext", r.name, err)
+		return nil, wrapErrCtx(ctx, "holdcontext", r.name, err)
 	}
 	var held []context.Context
 	for _, p := range r.parts {
-		if h, err := p.HoldContext(ctx); err == nil {
+		if h, err := p.core().holdDone(octx); err == nil {
 			held = append(held, h)
 		}
 	}
 	if len(held) < r.quorum {
-		return nil, wrapErr("holdcontext", r.name, ErrNotHeld)
+		return nil, wrapErrCtx(ctx, "holdcontext", r.name, ErrNotHeld)
 	}
-	return watchParts(ctx, held, func(lost int, cause error) error {
+	return r.holds.watch(ctx, octx, held, func(lost int, cause error) error {
 		switch {
 		case !errors.Is(cause, ErrLockLost):
-			return cause // released, or ctx ended
+			return cause // released
 		case len(held)-lost < r.quorum:
 			return fmt.Errorf("%w: held on fewer than %d of %d nodes (%w)", ErrLockLost, r.quorum, len(r.parts), cause)
 		}
@@ -308,9 +336,9 @@ func (r *RedLock) HoldContext(ctx context.Context) (context.Context, error) {
 // renewal was sent), less the drift. It returns ErrNotHeld unless the owner holds a majority of the parts.
 // Without a lease, renewals keep extending it.
 func (r *RedLock) Validity(ctx context.Context) (time.Duration, error) {
-	ctx, err := checkParts(ctx, r.parts)
+	ctx, err := r.check(ctx)
 	if err != nil {
-		return 0, wrapErr("validity", r.name, err)
+		return 0, wrapErrCtx(ctx, "validity", r.name, err)
 	}
 	var expiries []time.Time
 	ttl := time.Duration(0)

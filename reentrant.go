@@ -77,6 +77,7 @@ type reentrant struct {
 	channel        string // where releases are announced; with ownerChannels, the prefix of each waiter's own
 
 	acquireScript, releaseScript, forceScript, renewScript *script
+	countScript                                            *script // the owner's hold count, if HGET cannot tell
 	acquireKeys                                            []string // the lock's key first
 	releaseKeys                                            []string
 	fieldSuffix                                            string // appended to the owner to make its field
@@ -109,7 +110,7 @@ func (r *reentrant) recordKey() string { return companion("relock_release", r.na
 func (r *reentrant) tryLock(ctx context.Context, op string, wait, lease time.Duration) (bool, error) {
 	field, err := r.prepare(ctx)
 	if err != nil {
-		return false, r.fail(op, err)
+		return false, r.fail(ctx, op, err)
 	}
 	ttl, ttlArg := lease, ""
 	if ttl == 0 {
@@ -147,7 +148,7 @@ func (r *reentrant) tryLock(ctx context.Context, op string, wait, lease time.Dur
 		r.waiters.done(k, ok, lateJoin)
 	}
 	if err != nil {
-		return false, r.fail(op, err)
+		return false, r.fail(ctx, op, err)
 	}
 	return ok, nil
 }
@@ -241,16 +242,23 @@ func (r *reentrant) undoAcquire(k holdKey, ttl time.Duration) {
 }
 
 func (r *reentrant) unlock(ctx context.Context) error {
-	field, err := r.prepareField(ctx)
+	field, err := r.ownerOf(ctx)
 	if err != nil {
-		return r.fail("unlock", err)
+		return r.fail(ctx, "unlock", err)
 	}
 	k := holdKey{key: r.name, field: field}
+	args := r.releaseArgs(field)
+	// An Unlock whose ctx has ended (before it, or while it waits for an earlier operation of the owner to
+	// settle) still releases: in the background, on the Client's lifetime.
+	if ctx.Err() != nil {
+		r.releaseInBackground(k, args)
+		return r.fail(ctx, "unlock", ctx.Err())
+	}
 	if _, err := r.c.watchdog.prepare(ctx, k); err != nil {
-		return r.fail("unlock", err)
+		r.releaseInBackground(k, args)
+		return r.fail(ctx, "unlock", err)
 	}
 	ctx, span := r.c.tel.startSpan(ctx, "relock.unlock", r.kind, r.name)
-	args := r.releaseArgs(field)
 	left, err := r.release(ctx, args)
 	if outcomeUnknown(err) {
 		args = repeating(args)
@@ -264,15 +272,15 @@ func (r *reentrant) unlock(ctx context.Context) error {
 	}
 	if err != nil {
 		if outcomeUnknown(err) {
-			r.finishRelease(k, args)
+			r.releaseInBackground(k, args)
 		}
 		endSpan(span, outcomeError, err)
-		return r.fail("unlock", err)
+		return r.fail(ctx, "unlock", err)
 	}
 	if left < 0 {
 		r.c.watchdog.notHeld(k)
 		endSpan(span, outcomeNotHeld, nil)
-		return r.fail("unlock", ErrNotHeld)
+		return r.fail(ctx, "unlock", ErrNotHeld)
 	}
 	r.c.watchdog.released(k, left)
 	if left == 0 {
@@ -281,6 +289,33 @@ func (r *reentrant) unlock(ctx context.Context) error {
 		endSpan(span, outcomeDecremented, nil)
 	}
 	return nil
+}
+
+// releaseInBackground completes, on the Client's lifetime, a release whose outcome Unlock could not learn
+// (its ctx ended before, or while, it was sent; or the connection broke): it sends the request, again and
+// again, until Redis answers or the hold would have expired. A repeated request never releases twice. If
+// it is the owner's last hold, the hold ends at once for the Client: the watchdog stops renewing it and its
+// contexts end with context.Canceled. The owner's next operation on the lock waits for the release.
+func (r *reentrant) releaseInBackground(k holdKey, args []string) {
+	args = repeating(args)
+	after, deadline, done := r.c.watchdog.unlocking(k)
+	ran := r.c.goBackground(func(life context.Context) {
+		if after != nil { // an earlier operation of the owner is settling: release after it
+			select {
+			case <-after:
+			case <-life.Done():
+				done(-1)
+				return
+			}
+		}
+		left := r.c.retryUnknown(life, deadline, func(ctx context.Context) (int64, error) {
+			return r.release(ctx, args)
+		})
+		done(max(left, 0)) // not held, or no answer until the hold's expiry: the hold is over
+	})
+	if !ran {
+		done(-1)
+	}
 }
 
 // renewalArgs are the renewal script's args for the hold acquired with args (args[1] is the owner field).
@@ -310,30 +345,15 @@ func (r *reentrant) release(ctx context.Context, args []string) (int64, error) {
 	return r.c.run(ctx, r.releaseScript, r.releaseKeys, args).AsInt64()
 }
 
-// finishRelease repeats, in the background, a release request whose outcome Unlock could not learn.
-func (r *reentrant) finishRelease(k holdKey, args []string) {
-	args = repeating(args)
-	_, done := r.c.watchdog.settle(k)
-	ran := r.c.goBackground(func(life context.Context) {
-		left := r.c.retryUnknown(life, time.Now().Add(r.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
-			return r.release(ctx, args)
-		})
-		done(max(left, 0)) // not held, or no answer for a whole watchdog timeout: the hold is over
-	})
-	if !ran {
-		done(-1)
-	}
-}
-
 func (r *reentrant) forceUnlock(ctx context.Context) (bool, error) {
 	if err := r.check(ctx); err != nil {
-		return false, r.fail("forceunlock", err)
+		return false, r.fail(ctx, "forceunlock", err)
 	}
 	ctx, span := r.c.tel.startSpan(ctx, "relock.force_unlock", r.kind, r.name)
 	n, err := r.c.run(ctx, r.forceScript, r.releaseKeys, append([]string{r.releaseMessage, r.c.publish}, r.trailing...)).AsInt64()
 	if err != nil {
 		endSpan(span, outcomeError, err)
-		return false, r.fail("forceunlock", err)
+		return false, r.fail(ctx, "forceunlock", err)
 	}
 	if n == 1 {
 		endSpan(span, outcomeReleased, nil)
@@ -346,26 +366,35 @@ func (r *reentrant) forceUnlock(ctx context.Context) (bool, error) {
 func (r *reentrant) holdContext(ctx context.Context) (context.Context, error) {
 	field, err := r.prepareField(ctx)
 	if err != nil {
-		return nil, r.fail("holdcontext", err)
+		return nil, r.fail(ctx, "holdcontext", err)
 	}
 	hctx, err := r.c.watchdog.holdContext(ctx, holdKey{key: r.name, field: field})
 	if err != nil {
-		return nil, r.fail("holdcontext", err)
+		return nil, r.fail(ctx, "holdcontext", err)
 	}
 	return hctx, nil
+}
+
+// holdDone returns the context that ends when the hold of ctx's owner ends (see watchdog.holdDone).
+func (r *reentrant) holdDone(ctx context.Context) (context.Context, error) {
+	field, err := r.prepareField(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.c.watchdog.holdDone(holdKey{key: r.name, field: field})
 }
 
 func (r *reentrant) fencingToken(ctx context.Context) (uint64, error) {
 	field, err := r.prepareField(ctx)
 	if err != nil {
-		return 0, r.fail("fencingtoken", err)
+		return 0, r.fail(ctx, "fencingtoken", err)
 	}
 	if !r.fenced {
-		return 0, r.fail("fencingtoken", ErrNotFenced)
+		return 0, r.fail(ctx, "fencingtoken", ErrNotFenced)
 	}
 	token, ok := r.c.watchdog.token(holdKey{key: r.name, field: field})
 	if !ok {
-		return 0, r.fail("fencingtoken", ErrNotHeld)
+		return 0, r.fail(ctx, "fencingtoken", ErrNotHeld)
 	}
 	return token, nil
 }
@@ -381,7 +410,7 @@ func (r *reentrant) expiry(ctx context.Context) (time.Time, time.Duration, bool)
 
 func (r *reentrant) isLocked(ctx context.Context) (bool, error) {
 	if err := r.check(ctx); err != nil {
-		return false, r.fail("islocked", err)
+		return false, r.fail(ctx, "islocked", err)
 	}
 	if r.mode != "" {
 		mode, err := r.c.do(ctx, r.c.rdb.B().Hget().Key(r.name).Field("mode").Build()).ToString()
@@ -389,13 +418,13 @@ func (r *reentrant) isLocked(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 		if err != nil {
-			return false, r.fail("islocked", err)
+			return false, r.fail(ctx, "islocked", err)
 		}
 		return mode == r.mode, nil
 	}
 	n, err := r.c.do(ctx, r.c.rdb.B().Exists().Key(r.name).Build()).AsInt64()
 	if err != nil {
-		return false, r.fail("islocked", err)
+		return false, r.fail(ctx, "islocked", err)
 	}
 	return n == 1, nil
 }
@@ -403,25 +432,30 @@ func (r *reentrant) isLocked(ctx context.Context) (bool, error) {
 func (r *reentrant) holdCount(ctx context.Context, op string) (int, error) {
 	field, err := r.prepareField(ctx)
 	if err != nil {
-		return 0, r.fail(op, err)
+		return 0, r.fail(ctx, op, err)
 	}
-	n, err := r.c.do(ctx, r.c.rdb.B().Hget().Key(r.name).Field(field).Build()).AsInt64()
+	var n int64
+	if r.countScript != nil { // a shared lock: the owner's field may outlive its hold
+		n, err = r.c.run(ctx, r.countScript, []string{r.name}, append([]string{field}, r.trailing...)).AsInt64()
+	} else {
+		n, err = r.c.do(ctx, r.c.rdb.B().Hget().Key(r.name).Field(field).Build()).AsInt64()
+	}
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, r.fail(op, err)
+		return 0, r.fail(ctx, op, err)
 	}
 	return int(n), nil
 }
 
 func (r *reentrant) remainingTTL(ctx context.Context) (time.Duration, error) {
 	if err := r.check(ctx); err != nil {
-		return 0, r.fail("remainingttl", err)
+		return 0, r.fail(ctx, "remainingttl", err)
 	}
 	ms, err := r.c.do(ctx, r.c.rdb.B().Pttl().Key(r.name).Build()).AsInt64()
 	if err != nil {
-		return 0, r.fail("remainingttl", err)
+		return 0, r.fail(ctx, "remainingttl", err)
 	}
 	return pttlToDuration(ms), nil
 }
@@ -441,6 +475,14 @@ func pttlToDuration(ms int64) time.Duration {
 
 // check validates what every operation needs: a usable Client, a name, a live context.
 func (r *reentrant) check(ctx context.Context) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// usable validates what every operation needs but its context: a usable Client and a name.
+func (r *reentrant) usable() error {
 	if r == nil {
 		return ErrNilClient
 	}
@@ -450,7 +492,17 @@ func (r *reentrant) check(ctx context.Context) error {
 	if !validName(r.name) {
 		return ErrInvalidName
 	}
-	return ctx.Err()
+	return nil
+}
+
+// ownerOf returns the owner field of ctx's owner in the lock's hash, whether or not ctx has ended (an
+// Unlock releases even then).
+func (r *reentrant) ownerOf(ctx context.Context) (string, error) {
+	if err := r.usable(); err != nil {
+		return "", err
+	}
+	owner, err := r.c.ownerField(ctx)
+	return owner + r.fieldSuffix, err
 }
 
 // prepare is check plus the owner field of ctx.
@@ -467,10 +519,11 @@ func (r *reentrant) prepareField(ctx context.Context) (string, error) {
 	return owner + r.fieldSuffix, err
 }
 
-func (r *reentrant) fail(op string, err error) error {
+// fail attaches op and the lock's name to err, and makes it match ctx's error once ctx has ended.
+func (r *reentrant) fail(ctx context.Context, op string, err error) error {
 	name := ""
 	if r != nil {
 		name = r.name
 	}
-	return wrapErr(op, name, err)
+	return wrapErrCtx(ctx, op, name, err)
 }

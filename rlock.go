@@ -69,7 +69,7 @@ func (l *RLock) Lock(ctx context.Context) error {
 // least lease from now.
 func (l *RLock) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if lease <= 0 {
-		return l.core().fail("lock", ErrInvalidDuration)
+		return l.core().fail(ctx, "lock", ErrInvalidDuration)
 	}
 	_, err := l.core().tryLock(ctx, "lock", -1, lease)
 	return err
@@ -84,7 +84,7 @@ func (l *RLock) LockWithLease(ctx context.Context, lease time.Duration) error {
 // ctx.Err().
 func (l *RLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 || lease < 0 {
-		return false, l.core().fail("trylock", ErrInvalidDuration)
+		return false, l.core().fail(ctx, "trylock", ErrInvalidDuration)
 	}
 	return l.core().tryLock(ctx, "trylock", wait, lease)
 }

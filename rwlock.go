@@ -69,6 +69,7 @@ func (c *Client) ReadWriteLock(name string, opts ...LockOption) *ReadWriteLock {
 	r.releaseKeys = []string{name, channel, record}
 	r.extraArgs = func(owner string) []string { return []string{owner + writerSuffix} }
 	r.trailing, r.renewArgs = tag, tag
+	r.countScript = scriptRWReadCount
 
 	write := &WriteLock{r: newReentrant(c, kindWrite, name, opts)}
 	w := &write.r
@@ -131,7 +132,7 @@ func (l *ReadLock) Lock(ctx context.Context) error {
 // positive (ErrInvalidDuration otherwise).
 func (l *ReadLock) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if lease <= 0 {
-		return l.core().fail("lock", ErrInvalidDuration)
+		return l.core().fail(ctx, "lock", ErrInvalidDuration)
 	}
 	_, err := l.core().tryLock(ctx, "lock", -1, lease)
 	return err
@@ -141,7 +142,7 @@ func (l *ReadLock) LockWithLease(ctx context.Context, lease time.Duration) error
 // RLock.TryLock. It reports false, with a nil error, when wait ran out.
 func (l *ReadLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 || lease < 0 {
-		return false, l.core().fail("trylock", ErrInvalidDuration)
+		return false, l.core().fail(ctx, "trylock", ErrInvalidDuration)
 	}
 	return l.core().tryLock(ctx, "trylock", wait, lease)
 }
@@ -206,7 +207,7 @@ func (l *WriteLock) Lock(ctx context.Context) error {
 // positive (ErrInvalidDuration otherwise).
 func (l *WriteLock) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if lease <= 0 {
-		return l.core().fail("lock", ErrInvalidDuration)
+		return l.core().fail(ctx, "lock", ErrInvalidDuration)
 	}
 	_, err := l.core().tryLock(ctx, "lock", -1, lease)
 	return err
@@ -217,7 +218,7 @@ func (l *WriteLock) LockWithLease(ctx context.Context, lease time.Duration) erro
 // if the owner holds the read lock.
 func (l *WriteLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 || lease < 0 {
-		return false, l.core().fail("trylock", ErrInvalidDuration)
+		return false, l.core().fail(ctx, "trylock", ErrInvalidDuration)
 	}
 	return l.core().tryLock(ctx, "trylock", wait, lease)
 }

@@ -53,6 +53,7 @@ var (
 	scriptRWReadAcquire  = loadScript("rw_read_acquire")
 	scriptRWReadRelease  = loadScript("rw_read_release")
 	scriptRWReadRenew    = loadScript("rw_read_renew")
+	scriptRWReadCount    = loadScript("rw_read_count")
 	scriptRWWriteAcquire = loadScript("rw_write_acquire")
 	scriptRWWriteRelease = loadScript("rw_write_release")
 	scriptRWWriteLeave   = loadScript("rw_write_leave")

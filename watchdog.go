@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -48,6 +49,9 @@ type renewal struct {
 	script *script
 	keys   []string
 	args   []string
+	// check asks the script to extend nothing and only say whether the hold is there (a lease hold, which
+	// the watchdog watches for a loss without renewing it): the script is given 0 as the timeout.
+	check bool
 }
 
 // acquisition is what a lock type reports to the watchdog when an acquisition succeeds.
@@ -72,7 +76,8 @@ type hold struct {
 	kind       lockKind
 	name       string
 	count      int64
-	renew      renewal       // renew.script is nil for a lease hold
+	renew      renewal // how to renew the hold, or, for a lease hold, check that it is still there
+	renews     bool    // the watchdog extends the hold (an acquisition without a lease); else it only checks it
 	expiresAt  time.Time     // Redis drops the hold at this time or later, unless it is renewed
 	ttl        time.Duration // the longest lease (or watchdog timeout) its acquisitions asked for
 	next       time.Time     // when the watchdog next acts: a renewal falls due, or the lease ends
@@ -87,8 +92,13 @@ type hold struct {
 	// unlock whose reply was lost, is over. Until then the owner's next operation on this hold waits, so
 	// the undo or completion sees counts nobody else is changing.
 	settling chan struct{}
-	watchers []context.CancelCauseFunc // the contexts holdContext made, cancelled when the hold ends
-	span     trace.Span                // "relock.hold", from the first acquisition to the release or loss
+	// ctx ends, with the hold's end as cause, when the hold ends; made by the first holdContext call.
+	// derived memoizes, by parent, the contexts holdContext derived from it for a parent that can end, so
+	// that calling holdContext again and again with one parent costs no memory.
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	derived map[context.Context]derived
+	span    trace.Span // "relock.hold", from the first acquisition to the release or loss
 }
 
 // watchdog is the Client's table of its owners' holds and the one goroutine that keeps them alive.
@@ -167,9 +177,10 @@ func (w *watchdog) acquired(k holdKey, a acquisition) {
 	if a.token != 0 {
 		h.token = a.token
 	}
+	h.renew = a.renew
 	ttl := a.lease
 	if a.lease == 0 {
-		h.renew = a.renew
+		h.renews = true
 		ttl = w.timeout
 	}
 	h.ttl = max(h.ttl, ttl)
@@ -180,11 +191,11 @@ func (w *watchdog) acquired(k holdKey, a acquisition) {
 	w.scheduleLocked(h, a.sentAt)
 }
 
-// scheduleLocked queues h for its next event: a renewal timeout/3 after base, or the end of its lease.
+// scheduleLocked queues h for its next event, timeout/3 after base: a renewal, or, for a lease hold, a
+// check that Redis still has it, unless its lease ends first.
 func (w *watchdog) scheduleLocked(h *hold, base time.Time) {
-	if h.renew.script != nil {
-		h.next = base.Add(w.timeout / 3)
-	} else {
+	h.next = base.Add(w.timeout / 3)
+	if !h.renews && h.expiresAt.Before(h.next) {
 		h.next = h.expiresAt
 	}
 	if h.inflight {
@@ -272,19 +283,146 @@ func (w *watchdog) settle(k holdKey) (prior int64, done func(count int64)) {
 	}
 }
 
+// unlocking marks the owner's hold k as being released in the background (an Unlock that could not learn
+// the outcome of its release, or could not send it). If that release is the owner's last (the hold count
+// known is 1 or less), the hold ends now for the Client: the watchdog stops renewing it and its contexts end
+// with context.Canceled. Until done is called with the count Redis answered (negative: no answer), the
+// owner's next operation on the lock waits. after is the settling the release must wait for first (an
+// earlier operation of the owner whose outcome is being settled), or nil; deadline is when the hold would
+// have expired, after which there is nothing left to release.
+func (w *watchdog) unlocking(k holdKey) (after <-chan struct{}, deadline time.Time, done func(count int64)) {
+	w.mu.Lock()
+	now := time.Now()
+	deadline = now.Add(w.timeout)
+	h := w.holds[k]
+	var e ending
+	if h != nil {
+		if h.settling != nil {
+			after = h.settling
+		}
+		if !h.acquiredAt.IsZero() {
+			deadline = h.expiresAt
+			if h.count <= 1 {
+				e = w.endLocked(h, context.Canceled)
+				h = nil
+			}
+		}
+	}
+	if h == nil {
+		h = &hold{key: k, index: -1}
+		w.holds[k] = h
+	}
+	ch := make(chan struct{})
+	h.settling = ch
+	w.mu.Unlock()
+	e.report(w.c.tel)
+	return after, deadline, func(count int64) {
+		w.mu.Lock()
+		if count >= 0 {
+			h.count = count
+		}
+		if h.settling == ch {
+			h.settling = nil
+		}
+		close(ch)
+		var e ending
+		if h.count <= 0 && h.settling == nil {
+			e = w.endLocked(h, context.Canceled)
+		}
+		w.mu.Unlock()
+		e.report(w.c.tel)
+	}
+}
+
 // holdContext returns a context derived from parent that is cancelled, before the call that ends the hold
-// k returns, when the hold ends.
+// k returns, when the hold ends. It costs O(1): a parent that cannot end gets a light wrapper of the hold's
+// own context, and a parent that can end gets the same derived context every time.
 func (w *watchdog) holdContext(parent context.Context, k holdKey) (context.Context, error) {
 	w.mu.Lock()
 	h := w.holds[k]
-	if h == nil || h.count <= 0 || h.ended {
+	if h == nil || h.count <= 0 || h.ended || h.keepAlive {
 		w.mu.Unlock()
 		return nil, ErrNotHeld
 	}
+	hc := h.doneLocked()
+	if parent.Done() == nil {
+		w.mu.Unlock()
+		return withValuesOf(hc, parent), nil
+	}
+	if !comparableContext(parent) { // no memo: the context ends just after the hold, in another goroutine
+		d, cancel := context.WithCancelCause(parent)
+		w.mu.Unlock()
+		stop := context.AfterFunc(hc, func() { cancel(context.Cause(hc)) })
+		context.AfterFunc(d, func() { stop() })
+		return d, nil
+	}
+	if d, ok := h.derived[parent]; ok {
+		w.mu.Unlock()
+		return d.ctx, nil
+	}
 	ctx, cancel := context.WithCancelCause(parent)
-	h.watchers = append(h.watchers, cancel)
+	if h.derived == nil {
+		h.derived = make(map[context.Context]derived)
+	}
+	h.derived[parent] = derived{ctx: ctx, cancel: cancel} // ended with the hold (endLocked)
 	w.mu.Unlock()
+	context.AfterFunc(ctx, func() { // parent ended: forget it
+		w.mu.Lock()
+		if h.derived[parent].ctx == ctx {
+			delete(h.derived, parent)
+		}
+		w.mu.Unlock()
+	})
 	return ctx, nil
+}
+
+// derived is a context holdContext derived from a parent that can end, and its cancel function.
+type derived struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// holdDone returns the context that ends, with the hold's end as cause, when the hold k ends.
+func (w *watchdog) holdDone(k holdKey) (context.Context, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.holds[k]
+	if h == nil || h.count <= 0 || h.ended || h.keepAlive {
+		return nil, ErrNotHeld
+	}
+	return h.doneLocked(), nil
+}
+
+// doneLocked returns the context that ends with h, making it at the first call.
+func (h *hold) doneLocked() context.Context {
+	if h.ctx == nil {
+		h.ctx, h.cancel = context.WithCancelCause(context.Background())
+	}
+	return h.ctx
+}
+
+// comparableContext reports whether ctx can be a map key (every context of the standard library can).
+func comparableContext(ctx context.Context) bool {
+	return reflect.TypeOf(ctx).Comparable()
+}
+
+// valuesCtx is a context that ends with done (a hold's context) and carries the values of values (the
+// caller's context, which never ends). Lookups ask done first: it carries nothing but its own
+// cancellation, so context.Cause finds the hold's cause, and every other key reaches the caller's values.
+type valuesCtx struct {
+	context.Context // done
+	values          context.Context
+}
+
+func withValuesOf(done, values context.Context) context.Context {
+	return valuesCtx{Context: done, values: values}
+}
+
+func (c valuesCtx) Value(key any) any {
+	if v := c.Context.Value(key); v != nil {
+		return v
+	}
+	return c.values.Value(key)
 }
 
 // token returns the fencing token of the hold k, if it is held and fenced.
@@ -332,9 +470,10 @@ func (w *watchdog) heldByKind() (n [numKinds]int64) {
 // ending is a hold that ended, to be reported once watchdog.mu is released: cancelling its context and
 // ending its span call out of relock.
 type ending struct {
-	h     *hold
-	cause error
-	held  time.Duration
+	h       *hold
+	cause   error
+	held    time.Duration
+	derived []context.CancelCauseFunc // the hold's derived contexts, to end with it
 }
 
 // endLocked removes h from the table and the queue.
@@ -352,7 +491,11 @@ func (w *watchdog) endLocked(h *hold, cause error) ending {
 	if h.acquiredAt.IsZero() || h.keepAlive {
 		return ending{} // a placeholder (nothing was ever held), or not a hold: nothing to report
 	}
-	return ending{h: h, cause: cause, held: time.Since(h.acquiredAt)}
+	e := ending{h: h, cause: cause, held: time.Since(h.acquiredAt)}
+	for _, d := range h.derived {
+		e.derived = append(e.derived, d.cancel)
+	}
+	return e
 }
 
 // report cancels the ended hold's context with its cause and records the end in its span and metrics.
@@ -361,7 +504,10 @@ func (e ending) report(t *telemetry) {
 	if h == nil {
 		return
 	}
-	for _, cancel := range h.watchers {
+	if h.cancel != nil {
+		h.cancel(e.cause)
+	}
+	for _, cancel := range e.derived {
 		cancel(e.cause)
 	}
 	ctx := context.Background()
@@ -426,16 +572,19 @@ func (w *watchdog) tick(now time.Time) time.Duration {
 	for len(w.queue) > 0 && !w.queue[0].next.After(horizon) {
 		h := heap.Pop(&w.queue).(*hold)
 		switch {
-		case h.renew.script != nil && !h.expiresAt.After(now):
-			// Already past its expiry (this process was stopped, or starved of CPU): Redis has dropped it,
-			// and the holder must hear so at once, not after a renewal's round trip.
-			ended = append(ended, w.endLocked(h, errRenewTimeout))
-		case h.renew.script != nil:
-			due = append(due, h)
-		case !h.next.After(now):
-			ended = append(ended, w.endLocked(h, errLeaseExpired))
+		case !h.expiresAt.After(now):
+			// Past its expiry: its lease ran out, or it could not be renewed in time (this process was
+			// stopped, or starved of CPU). Redis has dropped it, and the holder must hear so at once, not
+			// after a round trip.
+			cause := errRenewTimeout
+			if !h.renews {
+				cause = errLeaseExpired
+			}
+			ended = append(ended, w.endLocked(h, cause))
+		case h.renew.script == nil || !h.renews && !h.next.Before(h.expiresAt):
+			later = append(later, h) // a lease hold whose next event is the end of its lease
 		default:
-			later = append(later, h)
+			due = append(due, h) // a renewal, or a lease hold's check
 		}
 	}
 	if len(due) > 0 && due[0].next.After(now) { // nothing is due yet: wait for the first
@@ -452,6 +601,7 @@ func (w *watchdog) tick(now time.Time) time.Duration {
 	for i, h := range due {
 		h.inflight = true
 		jobs[i] = h.renew
+		jobs[i].check = !h.renews
 		if h.expiresAt.Before(deadline) {
 			deadline = h.expiresAt
 		}
@@ -490,37 +640,42 @@ func (w *watchdog) renew(due []*hold, jobs []renewal, sentAt, deadline time.Time
 // each node in one write. results[i] is 1 (renewed), 0 (gone) or -1 (no answer) for due[i].
 func (w *watchdog) runRenewals(ctx context.Context, due []renewal) ([]int64, error) {
 	results := make([]int64, len(due))
-	type group struct {
+	// A run renews (or checks) holds of one script, and on a cluster of one slot.
+	type call struct {
 		script *script
-		slot   uint16
+		check  bool
+	}
+	type group struct {
+		call
+		slot uint16
 	}
 	groups := make(map[group][]int)
-	var order []group
-	byScript := make(map[*script][]group)
+	var order []call
+	byCall := make(map[call][]group)
 	for i, r := range due {
 		results[i] = -1
-		g := group{script: r.script}
+		g := group{call: call{script: r.script, check: r.check}}
 		if w.c.cluster {
 			g.slot = slot(r.keys[0])
 		}
 		if _, ok := groups[g]; !ok {
-			order = append(order, g)
-			byScript[g.script] = append(byScript[g.script], g)
+			if len(byCall[g.call]) == 0 {
+				order = append(order, g.call)
+			}
+			byCall[g.call] = append(byCall[g.call], g)
 		}
 		groups[g] = append(groups[g], i)
 	}
-	ttl := fmtMillis(w.timeout)
 	var firstErr error
-	done := make(map[*script]bool)
-	for _, first := range order {
-		s := first.script
-		if done[s] {
-			continue
+	for _, cl := range order {
+		s := cl.script
+		ttl := fmtMillis(w.timeout)
+		if cl.check {
+			ttl = "0"
 		}
-		done[s] = true
 		var execs []rueidis.LuaExec
 		var parts [][]int // the positions in due of each exec's holds
-		for _, g := range byScript[s] {
+		for _, g := range byCall[cl] {
 			idx := groups[g]
 			for b := 0; b < len(idx); b += renewBatchSize {
 				part := idx[b:min(b+renewBatchSize, len(idx))]
@@ -574,6 +729,8 @@ func (w *watchdog) applyRenewals(due []*hold, results []int64, err error, sentAt
 			continue // released while the renewal was under way
 		}
 		switch {
+		case results[i] == 1 && !h.renews: // a lease hold, still there
+			w.scheduleLocked(h, sentAt)
 		case results[i] == 1:
 			renewed++
 			h.renewals++
@@ -581,6 +738,8 @@ func (w *watchdog) applyRenewals(due []*hold, results []int64, err error, sentAt
 				h.expiresAt = exp
 			}
 			w.scheduleLocked(h, sentAt)
+		case !h.renews && !now.Before(h.expiresAt):
+			ended = append(ended, w.endLocked(h, errLeaseExpired))
 		case results[i] == 0:
 			gone++
 			ended = append(ended, w.endLocked(h, errHoldGone))
@@ -589,7 +748,9 @@ func (w *watchdog) applyRenewals(due []*hold, results []int64, err error, sentAt
 			ended = append(ended, w.endLocked(h, errRenewTimeout))
 		default:
 			// No answer: not a loss until the hold's expiry. Try again soon.
-			failed++
+			if h.renews {
+				failed++
+			}
 			if h.span.IsRecording() {
 				h.span.AddEvent("renewal failed", trace.WithAttributes(attribute.String("error", fmt.Sprint(err))))
 			}

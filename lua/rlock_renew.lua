@@ -1,17 +1,19 @@
--- Renew many holds of reentrant locks at once: the watchdog's batch.
+-- Renew many holds of reentrant locks at once: the watchdog's batch. With a timeout of 0 it renews
+-- nothing and only checks that the holds are there (holds with a lease, which the watchdog watches for a
+-- loss).
 --
 -- KEYS[i]    the i-th hold's lock hash
--- ARGV[1]    the watchdog timeout, in milliseconds
+-- ARGV[1]    the watchdog timeout, in milliseconds, or 0 to check only
 -- ARGV[i+1]  the i-th hold's owner field
 --
--- Returns one integer per hold, in order: 1 when the owner still holds the lock (its time to live is now at
--- least the watchdog timeout; a longer one is kept), 0 when the hold is gone (it expired, was deleted, or
--- Redis lost it): the hold is lost, and nothing is written.
+-- Returns one integer per hold, in order: 1 when the owner still holds the lock (renewing: its time to
+-- live is now at least the watchdog timeout; a longer one is kept), 0 when the hold is gone (it expired, was
+-- deleted, or Redis lost it): the hold is lost, and nothing is written.
 local ttl = tonumber(ARGV[1])
 local renewed = {}
 for i = 1, #KEYS do
   if redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1 then
-    if redis.call('pttl', KEYS[i]) < ttl then
+    if ttl > 0 and redis.call('pttl', KEYS[i]) < ttl then
       redis.call('pexpire', KEYS[i], ttl)
     end
     renewed[i] = 1

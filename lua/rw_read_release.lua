@@ -12,15 +12,22 @@
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 -- ARGV[6]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
 --
--- Returns -1 when the owner holds no read lock (or its count is not ARGV[3]): nothing was changed;
+-- Returns -1 when the owner holds no read lock (or its count is not ARGV[3]; or every level of its hold
+--         expired, see lib/readers.lua): nothing was changed;
 --         the owner's remaining read count otherwise (for a repeated request, the current one).
 -- @include lib/release.lua
+-- @include lib/readers.lua
 
 if redis.call('hget', KEYS[1], 'mode') == false then
   return -1
 end
 local owner = ARGV[1]
 local prefix = ARGV[6] .. ':'
+-- A reader whose every hold level expired holds nothing, though its field is still there.
+local count = tonumber(redis.call('hget', KEYS[1], owner))
+if count and not read_hold_alive(ARGV[6], owner, count) then
+  return -1
+end
 -- Each read hold level has its own key, deleted with the hold.
 local left = release_shared_hold(KEYS[1], KEYS[3], owner, ARGV[3], ARGV[4], function(level)
   redis.call('del', prefix .. owner .. ':rwlock_timeout:' .. level)
@@ -37,11 +44,8 @@ for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
     if string.sub(field, -6) == ':write' then
       return 0
     end
-    local n = tonumber(redis.call('hget', KEYS[1], field)) or 0
-    for i = n, 1, -1 do
-      if redis.call('exists', prefix .. field .. ':rwlock_timeout:' .. i) == 1 then
-        return 0
-      end
+    if read_hold_alive(ARGV[6], field, tonumber(redis.call('hget', KEYS[1], field)) or 0) then
+      return 0
     end
     redis.call('hdel', KEYS[1], field)
   end

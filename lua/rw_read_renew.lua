@@ -1,20 +1,28 @@
 -- Renew many read holds at once: the watchdog's batch. Only the owner's own hold levels are extended, so a
--- reader whose Client stopped renewing expires even while other readers keep the lock alive.
+-- reader whose Client stopped renewing expires even while other readers keep the lock alive. With a
+-- timeout of 0 it renews nothing and only checks that the holds are there (read holds with a lease).
 --
 -- KEYS[i]      the i-th hold's lock hash (see rw_read_acquire.lua)
--- ARGV[1]      the watchdog timeout, in milliseconds
+-- ARGV[1]      the watchdog timeout, in milliseconds, or 0 to check only
 -- ARGV[2i]     the i-th hold's owner field
 -- ARGV[2i+1]   the i-th hold's lock tag, which starts its read-hold keys (see rw_read_acquire.lua)
 --
--- Returns one integer per hold, in order: 1 when every level of the owner's read hold was still there and
--- now lives at least the watchdog timeout; 0 when the hold is gone, or a level of it expired (lost).
+-- Returns one integer per hold, in order: renewing, 1 when every level of the owner's read hold was still
+-- there and now lives at least the watchdog timeout, 0 when the hold is gone or a level of it expired
+-- (lost); checking, 1 when a level of the hold is still there (see rw_read_count.lua), 0 otherwise.
+-- @include lib/readers.lua
+
 local ttl = tonumber(ARGV[1])
 local renewed = {}
 for i = 1, #KEYS do
   local owner = ARGV[2 * i]
   local n = tonumber(redis.call('hget', KEYS[i], owner))
   local ok = 0
-  if n and n > 0 then
+  if n and n > 0 and ttl == 0 then
+    if read_hold_alive(ARGV[2 * i + 1], owner, n) then
+      ok = 1
+    end
+  elseif n and n > 0 then
     ok = 1
     local prefix = ARGV[2 * i + 1] .. ':' .. owner .. ':rwlock_timeout:'
     for j = 1, n do

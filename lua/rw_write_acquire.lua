@@ -15,6 +15,7 @@
 --         {-1, 0, 0}             when the owner holds the read lock: the write lock would wait for it
 --                                forever (an upgrade), so the caller fails at once.
 -- @include lib/clock.lua
+-- @include lib/readers.lua
 
 local ttl = tonumber(ARGV[1])
 local writer = ARGV[2]
@@ -31,7 +32,8 @@ end
 
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == 'read' then
-  if redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
+  local own = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+  if own and read_hold_alive(ARGV[6], ARGV[3], own) then
     return {-1, 0, 0}
   end
   -- Readers whose every hold level has expired (their Client stopped renewing) no longer count.
@@ -39,15 +41,7 @@ if mode == 'read' then
   local fields = redis.call('hkeys', KEYS[1])
   for _, field in ipairs(fields) do
     if field ~= 'mode' then
-      local n = tonumber(redis.call('hget', KEYS[1], field)) or 0
-      local alive = false
-      for i = n, 1, -1 do
-        if redis.call('exists', ARGV[6] .. ':' .. field .. ':rwlock_timeout:' .. i) == 1 then
-          alive = true
-          break
-        end
-      end
-      if alive then
+      if read_hold_alive(ARGV[6], field, tonumber(redis.call('hget', KEYS[1], field)) or 0) then
         live = true
       else
         redis.call('hdel', KEYS[1], field)
