@@ -73,7 +73,41 @@ type Options struct {
 
 	// MeterProvider gives the meter of relock's metrics. Nil means the global one (otel.GetMeterProvider).
 	MeterProvider metric.MeterProvider
+
+	// ShardedPubSub chooses sharded (SPUBLISH, SSUBSCRIBE) or plain (PUBLISH, SUBSCRIBE) pub/sub for release
+	// notifications on Redis Cluster. It must match the shardedSubscriptionMode of the Redisson clients that
+	// share the locks. Zero means ShardedPubSubAuto, Redisson's default. A single server always uses plain
+	// pub/sub.
+	ShardedPubSub ShardedPubSub
 }
+
+// ShardedPubSub says how releases are announced and heard on Redis Cluster, like Redisson's
+// shardedSubscriptionMode, which it must match: set it to what the Java services that share the locks use.
+// A node delivers SPUBLISH only to SSUBSCRIBE and PUBLISH only to SUBSCRIBE, so a waiter that listens the
+// other way misses every release and waits until the holder's TTL runs out.
+//
+// With sharded pub/sub (Redis 7 and later), a release is published with SPUBLISH on the shard that owns the
+// lock's slot, where waiters hold an SSUBSCRIBE. With plain pub/sub, a release is published with PUBLISH,
+// which the cluster broadcasts to every node, and waiters hold a SUBSCRIBE on any node. Either way a
+// subscription lost to a failover, a slot migration or a broken connection is made again, and its waiters
+// retry. On a single server relock always uses PUBLISH and SUBSCRIBE, as Redisson does there.
+type ShardedPubSub int
+
+const (
+	// ShardedPubSubAuto, the default (Redisson's AUTO), uses sharded pub/sub if the cluster supports it.
+	// As Redisson does, relock asks with PUBSUB SHARDNUMSUB, once per Client: a reply means sharded, an
+	// error reply (Redis 6 does not know the command; an ACL may deny it) means plain. It asks when it
+	// first needs to know, at the Client's first wait or release, not in New or Wrap; after that, knowing
+	// costs nothing. A question that gets no reply (a broken connection, an ended context) settles nothing:
+	// the operation fails as if its own command had (a wait's subscription and an Unlock are retried as
+	// usual), and the next one asks again.
+	ShardedPubSubAuto ShardedPubSub = iota
+	// ShardedPubSubOn (Redisson's ON) always uses sharded pub/sub on a cluster. Without it (Redis 6),
+	// every release and every wait fails.
+	ShardedPubSubOn
+	// ShardedPubSubOff (Redisson's OFF) always uses plain pub/sub.
+	ShardedPubSubOff
+)
 
 // Client is the entry point of relock: it makes lock objects and owns everything with a lifetime that
 // they share. A Client is safe for concurrent use; make one per process (per Redis deployment) and Close
@@ -85,10 +119,13 @@ type Client struct {
 
 	watchdogTimeout    time.Duration
 	watchdogTimeoutArg string // watchdogTimeout in milliseconds, as scripts take it
-	// publish is how scripts announce releases: "spublish" (sharded pub/sub, the channel's own shard) on a
-	// cluster, "publish" otherwise; the hub subscribes to match.
-	publish string
+
 	cluster bool // rdb is a cluster client
+	// pubsub is how releases are announced (see ShardedPubSub): pubPlain or pubSharded once known, and
+	// pubUnknown until ShardedPubSubAuto's probe is answered. Scripts publish with the matching command, and
+	// the hub subscribes to match. probing admits one probe at a time.
+	pubsub  atomic.Int32
+	probing chan struct{}
 
 	watchdog *watchdog
 	hub      *hub
@@ -208,6 +245,8 @@ func (o Options) validate() (Options, error) {
 	switch {
 	case o.WatchdogTimeout < 0:
 		return o, &opError{op: "new", err: fmt.Errorf("%w: %w: negative watchdog timeout", ErrInvalidOptions, ErrInvalidDuration)}
+	case o.ShardedPubSub < ShardedPubSubAuto || o.ShardedPubSub > ShardedPubSubOff:
+		return o, &opError{op: "new", err: fmt.Errorf("%w: unknown ShardedPubSub %d", ErrInvalidOptions, o.ShardedPubSub)}
 	case o.WatchdogTimeout == 0:
 		o.WatchdogTimeout = DefaultWatchdogTimeout
 	case o.WatchdogTimeout < MinWatchdogTimeout:
@@ -237,19 +276,23 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 		id:                 id,
 		watchdogTimeout:    o.WatchdogTimeout,
 		watchdogTimeoutArg: fmtMillis(o.WatchdogTimeout),
-		publish:            "publish",
+		probing:            make(chan struct{}, 1),
 		life:               life,
 		end:                end,
 	}
-	if rdb.Mode() == rueidis.ClientModeCluster {
-		c.publish, c.cluster = "spublish", true
+	c.cluster = rdb.Mode() == rueidis.ClientModeCluster
+	switch {
+	case !c.cluster, o.ShardedPubSub == ShardedPubSubOff:
+		c.pubsub.Store(pubPlain)
+	case o.ShardedPubSub == ShardedPubSubOn:
+		c.pubsub.Store(pubSharded)
 	}
 	c.watchdog = newWatchdog(c, o.WatchdogTimeout)
 	if c.tel, err = newTelemetry(tp, mp, c.watchdog.heldByKind); err != nil {
 		end()
 		return nil, &opError{op: "new", err: err}
 	}
-	c.hub = newHub(rdb, life)
+	c.hub = newHub(rdb, life, c.cluster, c.shardedPubSub)
 	return c, nil
 }
 
@@ -338,6 +381,71 @@ func (c *Client) retryUnknown(life context.Context, deadline time.Time, call fun
 		case <-time.After(retryBackoff):
 		}
 	}
+}
+
+// What Client.pubsub holds.
+const (
+	pubUnknown int32 = iota
+	pubPlain
+	pubSharded
+)
+
+// shardedPubSub reports whether releases are announced with sharded pub/sub. Once that is known it costs an
+// atomic load; until then (ShardedPubSubAuto) it asks the node of channel's slot, one caller at a time. An
+// error means no answer came: nothing is settled, and the next call asks again.
+func (c *Client) shardedPubSub(ctx context.Context, channel string) (bool, error) {
+	if s := c.pubsub.Load(); s != pubUnknown {
+		return s == pubSharded, nil
+	}
+	select {
+	case c.probing <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-c.probing }()
+	if s := c.pubsub.Load(); s != pubUnknown { // answered while this call waited its turn
+		return s == pubSharded, nil
+	}
+	// Redisson's probe (PubSubConnectionService.checkShardingSupport): PUBSUB SHARDNUMSUB. Given a channel,
+	// rueidis sends it to that channel's node, where the command that needs the answer goes too.
+	err := c.do(ctx, c.rdb.B().PubsubShardnumsub().Channel(channel).Build()).Error()
+	if _, ok := rueidis.IsRedisErr(err); ok && !transient(err) {
+		c.pubsub.Store(pubPlain) // unknown subcommand (Redis 6), or denied: Redisson then uses PUBLISH too
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	c.pubsub.Store(pubSharded)
+	return true, nil
+}
+
+// publishCommand returns the command the scripts announce releases with: "spublish" or "publish". See
+// shardedPubSub; channel is one in the slot of the lock that is released.
+func (c *Client) publishCommand(ctx context.Context, channel string) (string, error) {
+	sharded, err := c.shardedPubSub(ctx, channel)
+	if err != nil {
+		return "", err
+	}
+	return publishCommandOf(sharded), nil
+}
+
+// knownPublishCommand returns the command the scripts announce releases with, or "" while it is unknown.
+func (c *Client) knownPublishCommand() string {
+	switch c.pubsub.Load() {
+	case pubPlain:
+		return publishCommandOf(false)
+	case pubSharded:
+		return publishCommandOf(true)
+	}
+	return ""
+}
+
+func publishCommandOf(sharded bool) string {
+	if sharded {
+		return "spublish"
+	}
+	return "publish"
 }
 
 // fmtMillis formats d, rounded up to whole milliseconds, as a script argument.

@@ -40,14 +40,17 @@ const (
 	readUnlockMessage = "1"
 )
 
-// hub carries every release notification a Client waits for over one subscription connection of its own
-// (a rueidis dedicated connection). Each channel is subscribed once however many local goroutines wait
-// on it, and unsubscribed when the last of them leaves. One goroutine, started at the first wait, owns the
-// connection and sends every SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in the order they were decided.
+// hub carries every release notification a Client waits for. Each channel is subscribed once however many
+// local goroutines wait on it, and unsubscribed when the last of them leaves. On a single server, every
+// subscription is on one connection of the hub's own (a rueidis dedicated connection), and one goroutine,
+// started at the first wait, owns it and sends every SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in the
+// order they were decided. On a cluster, each channel has a receiver of its own (loopCluster).
 type hub struct {
 	rdb     rueidis.Client
 	life    context.Context // ends at Client.Close
-	sharded bool            // Redis Cluster: sharded pub/sub, one receiver per channel (loopSharded)
+	cluster bool            // Redis Cluster: one receiver per channel (loopCluster)
+	// sharded reports whether releases on a cluster are announced with sharded pub/sub (Client.shardedPubSub).
+	sharded func(ctx context.Context, channel string) (bool, error)
 
 	mu      sync.Mutex
 	entries map[string]*entry // by channel
@@ -67,7 +70,7 @@ type entry struct {
 	pending    *subAttempt // the subscription new waiters wait for; nil when subscribed
 	resync     bool        // the connection was lost: wake every waiter once subscribed again
 
-	// Sharded mode only: the current receiver's generation, its stop function (nil when no receiver is
+	// Cluster only: the current receiver's generation, its stop function (nil when no receiver is
 	// wanted), and whether a receiver of that generation still runs.
 	gen       int
 	stop      context.CancelFunc
@@ -87,11 +90,12 @@ type waiter struct {
 	wake chan struct{}
 }
 
-func newHub(rdb rueidis.Client, life context.Context) *hub {
+func newHub(rdb rueidis.Client, life context.Context, cluster bool, sharded func(context.Context, string) (bool, error)) *hub {
 	return &hub{
 		rdb:     rdb,
 		life:    life,
-		sharded: rdb.Mode() == rueidis.ClientModeCluster,
+		cluster: cluster,
+		sharded: sharded,
 		entries: make(map[string]*entry),
 		dirty:   make(map[string]*entry),
 		kick:    make(chan struct{}, 1),
@@ -229,8 +233,8 @@ func (h *hub) close() {
 // loop owns the subscription connection and brings the subscriptions in Redis in line with the waiters.
 func (h *hub) loop() {
 	defer close(h.stopped)
-	if h.sharded {
-		h.loopSharded()
+	if h.cluster {
+		h.loopCluster()
 		return
 	}
 	var (
@@ -402,11 +406,14 @@ func (h *hub) failLocked(e *entry, err error) {
 	wakeAllLocked(e)
 }
 
-// loopSharded is the loop of a hub on Redis Cluster, where releases are announced with SPUBLISH on the
-// shard that owns the channel's slot. Each channel has a receiver goroutine that holds its SSUBSCRIBE on
-// that shard's connection (rueidis routes it by slot), and subscribes again, wherever the slot now is,
-// when the shard drops it (slot migration, failover, a broken connection).
-func (h *hub) loopSharded() {
+// loopCluster is the loop of a hub on Redis Cluster. Each channel has a receiver goroutine that holds its
+// subscription on rueidis's connection to a node, and subscribes again when it is lost. With sharded
+// pub/sub, releases are announced with SPUBLISH on the shard that owns the channel's slot: the receiver
+// holds an SSUBSCRIBE there (rueidis routes it by slot) and subscribes again, wherever the slot now is,
+// when the shard drops it (slot migration, failover, a broken connection). With plain pub/sub, PUBLISH is
+// broadcast to every node: the receiver holds a SUBSCRIBE on any node, and subscribes again, on any node
+// rueidis still knows, when that node fails or its connection breaks.
+func (h *hub) loopCluster() {
 	var receivers sync.WaitGroup
 	defer receivers.Wait()
 	for {
@@ -448,29 +455,11 @@ func (h *hub) loopSharded() {
 	}
 }
 
-// receive holds e's sharded subscription until ctx ends, subscribing again after each loss.
+// receive holds e's subscription until ctx ends, subscribing again after each loss.
 func (h *hub) receive(ctx context.Context, e *entry, gen int) {
 	backoff := reconnectBackoffMin
 	for {
-		sctx := rueidis.WithOnSubscriptionHook(ctx, func(s rueidis.PubSubSubscription) {
-			if s.Kind == "ssubscribe" { // runs on rueidis's reader: no blocking here
-				h.mu.Lock()
-				if e.gen == gen {
-					h.confirmLocked(e)
-					backoff = reconnectBackoffMin
-				}
-				h.mu.Unlock()
-			}
-		})
-		sctx = rueidis.WithOnReceiveReturnHook(sctx, func(err error, c rueidis.CommandClient) error {
-			if ctx.Err() != nil { // leaving: cancelling Receive does not unsubscribe by itself
-				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), subscribeTimeout)
-				_ = c.Do(uctx, c.B().Sunsubscribe().Channel(e.channel).Build()).Error()
-				cancel()
-			}
-			return err
-		})
-		err := h.rdb.Receive(sctx, h.rdb.B().Ssubscribe().Channel(e.channel).Build(), h.onMessage)
+		err := h.receiveOnce(ctx, e, gen, &backoff)
 		h.mu.Lock()
 		if e.gen == gen {
 			if e.subscribed {
@@ -506,6 +495,45 @@ func (h *hub) receive(ctx context.Context, e *entry, gen int) {
 		}
 		h.mu.Unlock()
 	}
+}
+
+// receiveOnce subscribes to e's channel, with SSUBSCRIBE or SUBSCRIBE as releases are announced, and
+// delivers its messages until the subscription is lost or ctx ends (then it unsubscribes). A successful
+// subscription resets *backoff.
+func (h *hub) receiveOnce(ctx context.Context, e *entry, gen int, backoff *time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+	sharded, err := h.sharded(pctx, e.channel)
+	cancel()
+	if err != nil {
+		return err
+	}
+	sub, kind := h.rdb.B().Subscribe().Channel(e.channel).Build(), "subscribe"
+	if sharded {
+		sub, kind = h.rdb.B().Ssubscribe().Channel(e.channel).Build(), "ssubscribe"
+	}
+	sctx := rueidis.WithOnSubscriptionHook(ctx, func(s rueidis.PubSubSubscription) {
+		if s.Kind == kind { // runs on rueidis's reader: no blocking here
+			h.mu.Lock()
+			if e.gen == gen {
+				h.confirmLocked(e)
+				*backoff = reconnectBackoffMin
+			}
+			h.mu.Unlock()
+		}
+	})
+	sctx = rueidis.WithOnReceiveReturnHook(sctx, func(err error, c rueidis.CommandClient) error {
+		if ctx.Err() != nil { // leaving: cancelling Receive does not unsubscribe by itself
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), subscribeTimeout)
+			unsub := c.B().Unsubscribe().Channel(e.channel).Build()
+			if sharded {
+				unsub = c.B().Sunsubscribe().Channel(e.channel).Build()
+			}
+			_ = c.Do(uctx, unsub).Error()
+			cancel()
+		}
+		return err
+	})
+	return h.rdb.Receive(sctx, sub, h.onMessage)
 }
 
 // attempt tries to acquire a lock once. When it does not get the lock, holderTTL is how long the current

@@ -65,7 +65,7 @@ func WithFencing() LockOption {
 // The scripts of all lock types take the same leading arguments and give the same replies: acquire
 // ARGV = [hold TTL ms, owner field, extraArgs..., (queue TTL ms, join)] and replies {1, count, token},
 // {0, wait ms, 0} or {-1, 0, 0} (an upgrade that would deadlock); release ARGV = [owner field, message,
-// expected count or ”, request id] and replies the remaining count or -1 (not held).
+// expected count or ”, request id, publish command] and replies the remaining count or -1 (not held).
 type reentrant struct {
 	c              *Client
 	kind           lockKind
@@ -212,7 +212,7 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 // the replicas did not acknowledge it. If the release cannot be confirmed, the undo goes on in the
 // background.
 func (r *reentrant) rollBack(ctx context.Context, k holdKey, count int64) error {
-	args := append([]string{k.field, r.releaseMessage, strconv.FormatInt(count, 10), "", r.c.publish}, r.trailing...)
+	args := append([]string{k.field, r.releaseMessage, strconv.FormatInt(count, 10), "", r.c.knownPublishCommand()}, r.trailing...)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retryAttemptTimeout)
 	defer cancel()
 	if _, err := r.release(ctx, args); err != nil {
@@ -229,10 +229,10 @@ func (r *reentrant) rollBack(ctx context.Context, k holdKey, count int64) error 
 // is done, the same owner's next operation on this lock waits.
 func (r *reentrant) undoAcquire(k holdKey, ttl time.Duration) {
 	prior, done := r.c.watchdog.settle(k)
-	args := append([]string{k.field, r.releaseMessage, strconv.FormatInt(prior+1, 10), "", r.c.publish}, r.trailing...)
+	args := append([]string{k.field, r.releaseMessage, strconv.FormatInt(prior+1, 10), "", r.c.knownPublishCommand()}, r.trailing...)
 	ran := r.c.goBackground(func(life context.Context) {
 		left := r.c.retryUnknown(life, time.Now().Add(ttl), func(ctx context.Context) (int64, error) {
-			return r.c.run(ctx, r.releaseScript, r.releaseKeys, args).AsInt64()
+			return r.release(ctx, args)
 		})
 		done(left) // -1 (the acquisition did not run, or no answer): the count stays what it was
 	})
@@ -327,8 +327,9 @@ func (r *reentrant) renewalArgs(args []string) []string {
 }
 
 // releaseArgs are the arguments of one release request, with a fresh request id, marked as sent first.
+// Their publish command is "" while it is not known yet: release finds it out.
 func (r *reentrant) releaseArgs(field string) []string {
-	return append([]string{field, r.releaseMessage, "", "!" + strconv.FormatUint(rand.Uint64(), 36), r.c.publish}, r.trailing...)
+	return append([]string{field, r.releaseMessage, "", "!" + strconv.FormatUint(rand.Uint64(), 36), r.c.knownPublishCommand()}, r.trailing...)
 }
 
 // repeating returns the release request args marked as sent again: the script then checks whether it
@@ -340,8 +341,19 @@ func repeating(args []string) []string {
 	return again
 }
 
-// release sends one release request; sending the same args again never releases twice.
+// release sends one release request; sending the same args again never releases twice. When args were
+// made before the publish command was known (ShardedPubSubAuto), it is found out first, and args are
+// copied to carry it: an abandoned call may still be reading them. A probe that gets no answer fails the
+// call as an unanswered release would, so that it is repeated the same way.
 func (r *reentrant) release(ctx context.Context, args []string) (int64, error) {
+	if args[4] == "" {
+		pub, err := r.c.publishCommand(ctx, r.channel)
+		if err != nil {
+			return 0, err
+		}
+		args = slices.Clone(args)
+		args[4] = pub
+	}
 	return r.c.run(ctx, r.releaseScript, r.releaseKeys, args).AsInt64()
 }
 
@@ -350,7 +362,11 @@ func (r *reentrant) forceUnlock(ctx context.Context) (bool, error) {
 		return false, r.fail(ctx, "forceunlock", err)
 	}
 	ctx, span := r.c.tel.startSpan(ctx, "relock.force_unlock", r.kind, r.name)
-	n, err := r.c.run(ctx, r.forceScript, r.releaseKeys, append([]string{r.releaseMessage, r.c.publish}, r.trailing...)).AsInt64()
+	pub, err := r.c.publishCommand(ctx, r.channel)
+	var n int64
+	if err == nil {
+		n, err = r.c.run(ctx, r.forceScript, r.releaseKeys, append([]string{r.releaseMessage, pub}, r.trailing...)).AsInt64()
+	}
 	if err != nil {
 		endSpan(span, outcomeError, err)
 		return false, r.fail(ctx, "forceunlock", err)

@@ -60,10 +60,13 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 		return
 	}
 	_, settled := q.c.watchdog.settle(ek)
-	args := []string{k.field, q.message, q.c.publish}
 	leave := func(life context.Context) {
 		q.c.retryUnknown(life, time.Now().Add(q.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
-			return q.c.run(ctx, q.leave, q.leaveKeys, args).AsInt64()
+			pub, err := q.c.publishCommand(ctx, q.entries) // the queue is in the lock's slot
+			if err != nil {
+				return 0, err
+			}
+			return q.c.run(ctx, q.leave, q.leaveKeys, []string{k.field, q.message, pub}).AsInt64()
 		})
 	}
 	ran := q.c.goBackground(func(life context.Context) {

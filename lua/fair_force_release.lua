@@ -6,7 +6,7 @@
 -- KEYS[4]  the channel prefix, redisson_lock__channel:{<name>}
 -- KEYS[5]  the release record
 -- ARGV[1]  the unlock message
--- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
+-- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
 -- Returns 1 when a lock was deleted, 0 when there was none. The queue is kept: its waiters go on in order.
 -- @include lib/clock.lua

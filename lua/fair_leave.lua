@@ -8,7 +8,7 @@
 -- KEYS[4]  the channel prefix, redisson_lock__channel:{<name>}
 -- ARGV[1]  the owner field
 -- ARGV[2]  the unlock message ("0")
--- ARGV[3]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
+-- ARGV[3]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
 -- Returns 1 when the owner had an entry, 0 when it had none. The other waiters keep their order.
 -- @include lib/clock.lua

@@ -4,7 +4,7 @@
 -- KEYS[2]  the release channel
 -- KEYS[3]  the lock's release record (see rlock_release.lua), deleted with it
 -- ARGV[1]  the unlock message
--- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
+-- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
 -- Returns 1 when a lock was deleted, 0 when there was none (nothing is published then). The fencing token
 -- counter is kept: tokens go on increasing.

@@ -13,7 +13,7 @@
 --          its reply was lost. A first sending is recorded if it leaves the owner holding; a repeat is not
 --          applied if the record names it. (If it released the last hold, the owner holds nothing and a
 --          repeat changes nothing either.) Only repeats read the record.
--- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
+-- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
 --         the owner's remaining hold count otherwise (for a repeated request, the current count, unchanged);

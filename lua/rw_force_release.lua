@@ -5,7 +5,7 @@
 -- KEYS[2]  the channel, redisson_rwlock:{<name>}
 -- KEYS[3]  the release record
 -- ARGV[1]  the message ("1": wakes every waiter)
--- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
+-- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 -- ARGV[3]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
 --
 -- Returns 1 when a lock was deleted, 0 when there was none.

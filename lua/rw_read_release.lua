@@ -9,7 +9,7 @@
 -- ARGV[2]  the message ("0": wakes one waiter per Client, a writer in practice)
 -- ARGV[3]  '' or the read count the owner must have (the undo of an acquisition whose reply was lost)
 -- ARGV[4]  '' or the request, '!' or '?' then its id (see rlock_release.lua)
--- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
+-- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 -- ARGV[6]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
 --
 -- Returns -1 when the owner holds no read lock (or its count is not ARGV[3]; or every level of its hold

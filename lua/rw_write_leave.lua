@@ -4,7 +4,7 @@
 -- KEYS[2]  the channel, redisson_rwlock:{<name>}
 -- ARGV[1]  the owner's writer field
 -- ARGV[2]  the message ("1": wakes every waiter)
--- ARGV[3]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
+-- ARGV[3]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
 -- Returns 1 when the writer was waiting, 0 when it was not (then nobody is woken).
 if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then

@@ -8,7 +8,7 @@
 -- ARGV[2]  the message ("1", Redisson's READ_UNLOCK_MESSAGE: wakes every waiter)
 -- ARGV[3]  '' or the write count the owner must have (the undo of an acquisition whose reply was lost)
 -- ARGV[4]  '' or the request, '!' or '?' then its id (see rlock_release.lua)
--- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
+-- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
 -- Returns -1 when the owner does not hold the write lock (or its count is not ARGV[3]): nothing changed;
 --         the owner's remaining write count otherwise (for a repeated request, the current one).
