@@ -148,6 +148,10 @@ type interopRun struct {
 	ctx    context.Context // ends when the run is called off
 	cancel context.CancelFunc
 
+	// channels lists the channels subscribed on the server; the reason for calling the run off includes
+	// them, taken while the waiters still wait.
+	channels func() string
+
 	mu       sync.Mutex
 	holds    []interopHold
 	progress map[string]time.Time // Node worker -> when it last finished a hold (or started)
@@ -155,11 +159,19 @@ type interopRun struct {
 }
 
 func (r *interopRun) abort(format string, args ...any) {
+	reason := fmt.Sprintf(format, args...)
 	r.mu.Lock()
-	if r.reason == "" {
-		r.reason = fmt.Sprintf(format, args...)
+	first := r.reason == ""
+	if first {
+		r.reason = reason
 	}
 	r.mu.Unlock()
+	if first {
+		reason += "; " + r.channels()
+		r.mu.Lock()
+		r.reason = reason
+		r.mu.Unlock()
+	}
 	r.cancel()
 }
 
@@ -182,6 +194,16 @@ func runInteropNode(t *testing.T, node, dir, sub, name string) {
 	t.Cleanup(cancel)
 	run := &interopRun{progress: map[string]time.Time{}}
 	run.ctx, run.cancel = context.WithCancel(ctx)
+	run.channels = func() string {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		chs, err := rdb.Do(sctx, rdb.B().PubsubChannels().Build()).AsStrSlice()
+		if err != nil {
+			return fmt.Sprintf("PUBSUB CHANNELS: %v", err)
+		}
+		slices.Sort(chs)
+		return fmt.Sprintf("channels subscribed then: %q (Redisson's: %q)", chs, channel)
+	}
 	t.Cleanup(run.cancel)
 
 	obs := observeReleases(t, srv.Addr())
@@ -292,15 +314,17 @@ func runInteropNode(t *testing.T, node, dir, sub, name string) {
 			if int(nodeDone.Load()) == len(workers) {
 				return
 			}
+			var stalled string
 			run.mu.Lock()
 			for w, last := range run.progress {
 				if since := time.Since(last); since > interopStall {
-					run.mu.Unlock()
-					run.abort("%s: no hold for %v: no release woke it", w, since.Round(time.Millisecond))
-					run.mu.Lock()
+					stalled = fmt.Sprintf("%s: no hold for %v: no release woke it", w, since.Round(time.Millisecond))
 				}
 			}
 			run.mu.Unlock()
+			if stalled != "" {
+				run.abort("%s", stalled)
+			}
 		}
 	}()
 	nwg.Wait()
@@ -642,6 +666,9 @@ func (w *nodeWorker) consume(run *interopRun, done *atomic.Int32) {
 			}
 			run.add(interopHold{side: "node", worker: w.name, wait: h.Wait - w.offset, acq: h.Acq - w.offset, rel: h.Rel - w.offset, wake: h.Wake})
 		case "done":
+			run.mu.Lock()
+			delete(run.progress, w.name) // no more holds to wait for
+			run.mu.Unlock()
 			done.Add(1)
 			return
 		case "exit":
