@@ -77,7 +77,7 @@ type reentrant struct {
 	channel        string // where releases are announced; with ownerChannels, the prefix of each waiter's own
 
 	acquireScript, releaseScript, forceScript, renewScript *script
-	countScript                                            *script // the owner's hold count, if HGET cannot tell
+	countScript                                            *script  // the owner's hold count, if HGET cannot tell
 	acquireKeys                                            []string // the lock's key first
 	releaseKeys                                            []string
 	fieldSuffix                                            string // appended to the owner to make its field

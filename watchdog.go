@@ -76,8 +76,8 @@ type hold struct {
 	kind       lockKind
 	name       string
 	count      int64
-	renew      renewal // how to renew the hold, or, for a lease hold, check that it is still there
-	renews     bool    // the watchdog extends the hold (an acquisition without a lease); else it only checks it
+	renew      renewal       // how to renew the hold, or, for a lease hold, check that it is still there
+	renews     bool          // the watchdog extends the hold (an acquisition without a lease); else it only checks it
 	expiresAt  time.Time     // Redis drops the hold at this time or later, unless it is renewed
 	ttl        time.Duration // the longest lease (or watchdog timeout) its acquisitions asked for
 	next       time.Time     // when the watchdog next acts: a renewal falls due, or the lease ends
