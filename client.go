@@ -14,7 +14,7 @@
 //	if err := l.Lock(ctx); err != nil {
 //		return err
 //	}
-//	defer l.Unlock(context.WithoutCancel(ctx))
+//	defer l.Unlock(ctx) // releases even if ctx has ended by then
 //
 // Who owns a hold is decided by one rule for every lock type: the owner token carried by the context
 // (WithOwner), or else the calling goroutine. See WithOwner.

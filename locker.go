@@ -24,7 +24,8 @@ var _ Locker = (*RLock)(nil)
 // runs, and fn should stop then, since another owner may already hold the lock. Do returns fn's error, joined
 // (errors.Join) with that cause when the lock was lost, so errors.Is(err, ErrLockLost) tells the caller that
 // fn's work may have overlapped another holder's; otherwise joined with the error of the release, if any.
-// The release uses context.WithoutCancel(ctx), so it happens even when ctx ended while fn ran.
+// The release uses context.WithoutCancel(ctx), so that Do learns its outcome even when ctx ended while fn
+// ran (an Unlock with an ended ctx would release too, but could not report how it went).
 func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) error {
 	if err := l.Lock(ctx); err != nil {
 		return err

@@ -93,15 +93,20 @@ func (l *RLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, e
 // renewal stops, the owner's HoldContext is cancelled (context.Canceled), and one waiter per Client that
 // has any is woken. If the owner does not hold the lock, Unlock returns ErrNotHeld and changes nothing.
 //
-// A ctx that has already ended makes Unlock return its error without contacting Redis; to unlock in a
-// defer after a request context may have ended, pass context.WithoutCancel(ctx), which keeps the owner it
-// carries. When a release is sent but its reply is lost (ctx ends, or the connection breaks, while it is
-// in flight), Unlock sends the same request again, up to three times while ctx allows; a repeated request
-// never releases twice. If a repeat finds that the owner holds nothing, Unlock returns ErrNotHeld: the
-// lost request released the last hold, or the hold had been lost before; either way the lock is not the
-// owner's any more. If the outcome is still unknown, Unlock returns the error and relock goes on repeating
-// the request in the background until Redis answers or the hold expires; the owner's next operation on
-// this lock waits for that.
+// Unlock always releases, whatever its ctx: `defer l.Unlock(ctx)` is safe after a request's ctx ended.
+// When ctx has ended before the release could be sent, or ends while it is in flight, Unlock returns at once
+// with an error matching ctx.Err(), and the release goes on in the background, on the Client's lifetime:
+// it is sent, and sent again, until Redis answers or the hold would have expired. If it is the owner's last
+// hold, renewal stops at once and the owner's HoldContext is cancelled (context.Canceled) before Unlock
+// returns. The owner's next operation on this lock waits for that release. To learn the release's own
+// outcome (ErrNotHeld, a Redis error), pass a ctx that has not ended, such as context.WithoutCancel(ctx),
+// which keeps the owner it carries.
+//
+// When a release's reply is lost (the connection breaks while it is in flight), Unlock sends the same
+// request again, up to three times while ctx allows, then in the background as above; a repeated request
+// never releases twice. If a repeat finds that the owner holds nothing, Unlock returns ErrNotHeld: the lost
+// request released the last hold, or the hold had been lost before; either way the lock is not the owner's
+// any more.
 func (l *RLock) Unlock(ctx context.Context) error { return l.core().unlock(ctx) }
 
 // ForceUnlock deletes the lock whoever holds it, however many times, and wakes its waiters. It reports
@@ -117,8 +122,14 @@ func (l *RLock) ForceUnlock(ctx context.Context) (bool, error) { return l.core()
 // Client was closed. It is cancelled too when ctx is. Work that must stop when the lock is no longer
 // held should run under it.
 //
+// A hold with a lease is watched as well: every watchdog timeout/3 the watchdog's batch checks, without
+// extending it, that Redis still has it, so its holder learns of a loss (ForceUnlock, a Redis restart
+// without persistence) as soon as a renewed hold's would, not at the end of its lease.
+//
 // HoldContext answers from what the Client knows, without a round trip: it returns ErrNotHeld when the
-// owner has no hold that this Client acquired and has not seen end.
+// owner has no hold that this Client acquired and has not seen end. It costs O(1): calling it again with
+// the same ctx returns the same context (or, for a ctx that never ends, a small value), and nothing it
+// makes outlives the hold or ctx.
 func (l *RLock) HoldContext(ctx context.Context) (context.Context, error) {
 	return l.core().holdContext(ctx)
 }
