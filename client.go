@@ -138,6 +138,8 @@ type Client struct {
 	once   sync.Once
 	bgMu   sync.Mutex // orders bg.Add against Close's bg.Wait
 	bg     sync.WaitGroup
+	// releases counts the releases in bg that an Unlock left to the background.
+	releases sync.WaitGroup
 }
 
 // ClientNamePrefix starts the connection name (CLIENT SETNAME) that New gives its connections unless
@@ -308,7 +310,8 @@ func (c *Client) ID() string {
 // subscription connection and goroutines end, and, when New built the rueidis client, that client is
 // closed. Holds are not released: renewal stops, so they expire at the end of their lease or watchdog
 // timeout, and their contexts (HoldContext) are cancelled with a cause matching both ErrLockLost and
-// ErrClosed.
+// ErrClosed. Releases that Unlock left to the background (its ctx had ended) get up to a second to land
+// first.
 // Close is idempotent; every call after the first returns nil at once.
 func (c *Client) Close() error {
 	if c == nil {
@@ -318,6 +321,9 @@ func (c *Client) Close() error {
 		c.bgMu.Lock()
 		c.closed.Store(true)
 		c.bgMu.Unlock()
+		// Releases still going on in the background (an Unlock whose ctx had ended) get a moment to land:
+		// their owners believe the locks released.
+		waitAtMost(&c.releases, retryAttemptTimeout)
 		c.end()
 		c.hub.close()
 		c.watchdog.close()
@@ -339,6 +345,35 @@ func (c *Client) check() error {
 		return ErrClosed
 	}
 	return nil
+}
+
+// goRelease is goBackground for a release an Unlock left to the background: Close gives it up to
+// retryAttemptTimeout to finish before it ends the Client's lifetime.
+func (c *Client) goRelease(fn func(ctx context.Context)) bool {
+	c.releases.Add(1)
+	ran := c.goBackground(func(ctx context.Context) {
+		defer c.releases.Done()
+		fn(ctx)
+	})
+	if !ran {
+		c.releases.Done()
+	}
+	return ran
+}
+
+// waitAtMost waits for wg, for up to d.
+func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
 }
 
 // goBackground runs fn under the Client's lifetime; Close waits for it. It reports false, without running

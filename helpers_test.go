@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -55,6 +56,28 @@ func TestMain(m *testing.M) {
 func newClient(t testing.TB, srv *redistest.Server, opts *relock.Options) *relock.Client {
 	t.Helper()
 	c, err := relock.New([]string{srv.Addr()}, opts)
+	if err != nil {
+		t.Fatalf("relock.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// startProxy starts a fault proxy in front of srv, closed when t ends.
+func startProxy(t testing.TB, srv *redistest.Server) *faultnet.Proxy {
+	t.Helper()
+	p, err := faultnet.Start(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// clientAt returns a relock Client on addr (a proxy's, say), closed when t ends.
+func clientAt(t testing.TB, addr string, opts *relock.Options) *relock.Client {
+	t.Helper()
+	c, err := relock.New([]string{addr}, opts)
 	if err != nil {
 		t.Fatalf("relock.New: %v", err)
 	}

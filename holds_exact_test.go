@@ -24,19 +24,10 @@ func TestRedLockFailedReentrantRoundKeepsOuterHold(t *testing.T) {
 	for i, s := range servers {
 		addr := s.Addr()
 		if i > 0 {
-			p, err := faultnet.Start(addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { p.Close() })
+			p := startProxy(t, s)
 			proxies, addr = append(proxies, p), p.Addr
 		}
-		c, err := relock.New([]string{addr}, &relock.Options{WatchdogTimeout: 3 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		parts = append(parts, c.Lock("outer"))
+		parts = append(parts, clientAt(t, addr, &relock.Options{WatchdogTimeout: 3 * time.Second}).Lock("outer"))
 	}
 	rl := relock.NewRedLock(parts, &relock.RedLockOptions{NodeTimeout: 100 * time.Millisecond})
 	ctx := relock.WithOwner(ctxTimeout(t, 30*time.Second), "owner")

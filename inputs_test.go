@@ -18,16 +18,8 @@ import (
 func TestErrorsAfterContextEndMatchIt(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	proxy, err := faultnet.Start(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	c, err := relock.New([]string{proxy.Addr}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	proxy := startProxy(t, srv)
+	c := clientAt(t, proxy.Addr, nil)
 	base := relock.WithOwner(context.Background(), "o")
 	l := c.Lock("errs")
 	rw := c.ReadWriteLock("errs-rw")

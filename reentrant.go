@@ -299,7 +299,7 @@ func (r *reentrant) unlock(ctx context.Context) error {
 func (r *reentrant) releaseInBackground(k holdKey, args []string) {
 	args = repeating(args)
 	after, deadline, done := r.c.watchdog.unlocking(k)
-	ran := r.c.goBackground(func(life context.Context) {
+	ran := r.c.goRelease(func(life context.Context) {
 		if after != nil { // an earlier operation of the owner is settling: release after it
 			select {
 			case <-after:

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/relock-go/relock"
-	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -134,16 +133,8 @@ func TestUnlockWithEndedContextReleases(t *testing.T) {
 func TestUnlockContextEndingInFlightReleases(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	proxy, err := faultnet.Start(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	c, err := relock.New([]string{proxy.Addr}, &relock.Options{WatchdogTimeout: 600 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	proxy := startProxy(t, srv)
+	c := clientAt(t, proxy.Addr, &relock.Options{WatchdogTimeout: 600 * time.Millisecond})
 	rdb := rawClient(t, srv)
 	ctx := relock.WithOwner(ctxTimeout(t, 20*time.Second), "slow")
 	l := c.Lock("inflight")
@@ -207,5 +198,31 @@ func TestNestedUnlockWithEndedContextKeepsOuterHold(t *testing.T) {
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// `defer l.Unlock(ctx)` then `defer c.Close()` in a program whose ctx ended: Close lets the background
+// release land before it ends the Client.
+func TestCloseLetsBackgroundReleasesLand(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	for range 20 {
+		c, err := relock.New([]string{srv.Addr()}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(relock.WithOwner(context.Background(), "main"))
+		if err := c.Lock("closing").Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if err := c.Lock("closing").Unlock(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		c.Close()
+		if n, _ := do(t, rdb, "EXISTS", "closing").AsInt64(); n != 0 {
+			t.Fatal("the lock is still held after Unlock and Close")
+		}
 	}
 }

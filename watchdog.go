@@ -265,22 +265,7 @@ func (w *watchdog) settle(k holdKey) (prior int64, done func(count int64)) {
 	ch := make(chan struct{})
 	h.settling = ch
 	w.mu.Unlock()
-	return prior, func(count int64) {
-		w.mu.Lock()
-		if count >= 0 {
-			h.count = count
-		}
-		if h.settling == ch {
-			h.settling = nil
-		}
-		close(ch)
-		var e ending
-		if h.count <= 0 && h.settling == nil {
-			e = w.endLocked(h, context.Canceled)
-		}
-		w.mu.Unlock()
-		e.report(w.c.tel)
-	}
+	return prior, w.settled(h, ch)
 }
 
 // unlocking marks the owner's hold k as being released in the background (an Unlock that could not learn
@@ -316,7 +301,13 @@ func (w *watchdog) unlocking(k holdKey) (after <-chan struct{}, deadline time.Ti
 	h.settling = ch
 	w.mu.Unlock()
 	e.report(w.c.tel)
-	return after, deadline, func(count int64) {
+	return after, deadline, w.settled(h, ch)
+}
+
+// settled returns the function that ends the settling ch of h, given the hold count then known (negative:
+// unchanged); a hold left with no count ends.
+func (w *watchdog) settled(h *hold, ch chan struct{}) func(count int64) {
+	return func(count int64) {
 		w.mu.Lock()
 		if count >= 0 {
 			h.count = count

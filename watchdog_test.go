@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/relock-go/relock"
-	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -456,19 +455,11 @@ func TestLostUnlockReplyIsCompleted(t *testing.T) {
 func TestQueueEntriesRefreshedWhileWaitersRetry(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	proxy, err := faultnet.Start(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startProxy(t, srv)
 	proxy.SetLatency(5 * time.Millisecond)
 
 	holder := newClient(t, srv, &relock.Options{WatchdogTimeout: 300 * time.Millisecond})
-	waiters, err := relock.New([]string{proxy.Addr}, &relock.Options{WatchdogTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer waiters.Close()
+	waiters := clientAt(t, proxy.Addr, &relock.Options{WatchdogTimeout: 300 * time.Millisecond})
 	ctx := ctxTimeout(t, 20*time.Second)
 	const name = "refreshed"
 	if err := holder.ReadWriteLock(name).ReadLock().Lock(ctx); err != nil {

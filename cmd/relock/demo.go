@@ -830,9 +830,8 @@ func (d *demo) version(ctx context.Context) string {
 // keys returns the demo's keys on node i, to reset and remove.
 func (d *demo) keys(i int) []string {
 	name := d.cfg.Name
-	// The lock's companions: relock's key layout for a name with a hash tag ("prefix:{tag}:name").
-	tag := name[strings.IndexByte(name, '{'):strings.IndexByte(name, '}')+1] + ":" + name
-	ks := []string{name, "redisson_lock_token:" + tag, "redisson_lock_queue:" + tag, "redisson_lock_timeout:" + tag}
+	// The lock's companions: Redisson's key layout for a name with a hash tag ("prefix:name").
+	ks := []string{name, "redisson_lock_token:" + name, "redisson_lock_queue:" + name, "redisson_lock_timeout:" + name}
 	if i == 0 {
 		ks = append(ks, d.cfg.Counter, d.cfg.Mirror)
 	}
