@@ -54,6 +54,12 @@ type Options struct {
 	// whole milliseconds and must not be negative.
 	WatchdogTimeout time.Duration
 
+	// FairLockWaitTimeout mirrors Redisson's Config.fairLockWaitTimeout (the "thread wait time" of its fair
+	// locks), and must equal it in every Redisson client that shares fair locks with this Client: FairLock
+	// keeps Redisson's scores for its waiters, whose arithmetic takes it (see FairLock). Zero means
+	// Redisson's default, 5 minutes; it is rounded up to whole milliseconds and must not be negative.
+	FairLockWaitTimeout time.Duration
+
 	// Redis is the configuration New starts from when it builds its rueidis client (authentication, TLS,
 	// timeouts, ...). New sets InitAddress from its addrs argument when that is not empty, disables
 	// client-side caching, which relock does not use, and sets ClientName when it is empty (see
@@ -78,6 +84,7 @@ type Client struct {
 
 	watchdogTimeout    time.Duration
 	watchdogTimeoutArg string // watchdogTimeout in milliseconds, as scripts take it
+	fairLockWaitArg    string // Options.FairLockWaitTimeout in milliseconds, as scripts take it
 	// publish is how scripts announce releases: "spublish" (sharded pub/sub, the channel's own shard) on a
 	// cluster, "publish" otherwise; the hub subscribes to match.
 	publish string
@@ -155,6 +162,12 @@ func (o Options) validate() (Options, error) {
 		o.WatchdogTimeout = DefaultWatchdogTimeout
 	}
 	o.WatchdogTimeout = roundUpToMillis(o.WatchdogTimeout)
+	switch {
+	case o.FairLockWaitTimeout < 0:
+		return o, &opError{op: "new", err: ErrInvalidDuration}
+	case o.FairLockWaitTimeout == 0:
+		o.FairLockWaitTimeout = defaultFairLockWaitTimeout
+	}
 	return o, nil
 }
 
@@ -177,6 +190,7 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 		id:                 id,
 		watchdogTimeout:    o.WatchdogTimeout,
 		watchdogTimeoutArg: fmtMillis(o.WatchdogTimeout),
+		fairLockWaitArg:    fmtMillis(o.FairLockWaitTimeout),
 		publish:            "publish",
 		life:               life,
 		end:                end,

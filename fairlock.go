@@ -29,6 +29,10 @@ type FairLock struct {
 	r reentrant
 }
 
+// defaultFairLockWaitTimeout is Redisson's default Config.fairLockWaitTimeout, the FairLockWaitTimeout a
+// zero in Options stands for.
+const defaultFairLockWaitTimeout = 5 * time.Minute
+
 // FairLock returns the fair lock called name. The name is the Redis key of the lock; an empty name makes
 // every method return ErrInvalidName. A nil Client gives a lock whose methods return ErrNilClient.
 func (c *Client) FairLock(name string, opts ...LockOption) *FairLock {
