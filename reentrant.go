@@ -198,13 +198,17 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 	case -1:
 		return false, 0, ErrUpgrade
 	}
+	wait := time.Duration(-1)
+	if reply[1] >= 0 {
+		wait = time.Duration(reply[1]) * time.Millisecond
+	}
 	if join {
 		r.waiters.waiting(k, r.kind, sentAt)
+		if m := r.waiters.maxSleep; m > 0 && (wait < 0 || wait > m) {
+			wait = m
+		}
 	}
-	if reply[1] < 0 {
-		return false, -1, nil
-	}
-	return false, time.Duration(reply[1]) * time.Millisecond, nil
+	return false, wait, nil
 }
 
 // rollBack releases the hold level an acquisition just took (count is the hold count it reached) because
