@@ -832,7 +832,8 @@ func (d *demo) keys(i int) []string {
 	name := d.cfg.Name
 	// The lock's companions: relock's key layout for a name with a hash tag ("prefix:{tag}:name").
 	tag := name[strings.IndexByte(name, '{'):strings.IndexByte(name, '}')+1] + ":" + name
-	ks := []string{name, "redisson_lock_token:" + tag, "redisson_lock_queue:" + tag, "redisson_lock_timeout:" + tag}
+	ks := []string{name, "redisson_lock_token:" + tag, "redisson_lock_queue:" + tag, "redisson_lock_timeout:" + tag,
+		"relock_lock_alive:" + tag}
 	if i == 0 {
 		ks = append(ks, d.cfg.Counter, d.cfg.Mirror)
 	}
