@@ -61,6 +61,12 @@ type Options struct {
 	// error matching ErrInvalidOptions and ErrInvalidDuration.
 	WatchdogTimeout time.Duration
 
+	// FairLockWaitTimeout mirrors Redisson's Config.fairLockWaitTimeout (the "thread wait time" of its fair
+	// locks), and must equal it in every Redisson client that shares fair locks with this Client: FairLock
+	// keeps Redisson's scores for its waiters, whose arithmetic takes it (see FairLock). Zero means
+	// Redisson's default, 5 minutes; it is rounded up to whole milliseconds and must not be negative.
+	FairLockWaitTimeout time.Duration
+
 	// Redis is the configuration New starts from when it builds its rueidis client (authentication, TLS,
 	// timeouts, ...). New sets InitAddress from its addrs argument when that is not empty, disables
 	// client-side caching, which relock does not use, and sets ClientName when it is empty (see
@@ -119,8 +125,8 @@ type Client struct {
 
 	watchdogTimeout    time.Duration
 	watchdogTimeoutArg string // watchdogTimeout in milliseconds, as scripts take it
-
-	cluster bool // rdb is a cluster client
+	fairLockWaitArg    string // Options.FairLockWaitTimeout in milliseconds, as scripts take it
+	cluster            bool   // rdb is a cluster client
 	// pubsub is how releases are announced (see ShardedPubSub): pubPlain or pubSharded once known, and
 	// pubUnknown until ShardedPubSubAuto's probe is answered. Scripts publish with the matching command, and
 	// the hub subscribes to match. probing admits one probe at a time.
@@ -256,6 +262,12 @@ func (o Options) validate() (Options, error) {
 			ErrInvalidOptions, ErrInvalidDuration, o.WatchdogTimeout, MinWatchdogTimeout)}
 	}
 	o.WatchdogTimeout = roundUpToMillis(o.WatchdogTimeout)
+	switch {
+	case o.FairLockWaitTimeout < 0:
+		return o, &opError{op: "new", err: ErrInvalidDuration}
+	case o.FairLockWaitTimeout == 0:
+		o.FairLockWaitTimeout = defaultFairLockWaitTimeout
+	}
 	return o, nil
 }
 
@@ -279,6 +291,7 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 		watchdogTimeout:    o.WatchdogTimeout,
 		watchdogTimeoutArg: fmtMillis(o.WatchdogTimeout),
 		probing:            make(chan struct{}, 1),
+		fairLockWaitArg:    fmtMillis(o.FairLockWaitTimeout),
 		life:               life,
 		end:                end,
 	}

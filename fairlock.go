@@ -2,48 +2,72 @@ package relock
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
 // FairLock is a reentrant distributed lock whose waiters get it in the order they asked for it, across
-// goroutines and Clients: Redisson's RFairLock, in its key layout.
+// goroutines and Clients: Redisson's RFairLock, in its key layout, so that Go and Java waiters on one
+// lock share one queue.
 //
 // The lock itself is an RLock's hash at the lock's name. Waiters queue in the list
-// "redisson_lock_queue:{<name>}", and the sorted set "redisson_lock_timeout:{<name>}" says until when each
-// counts as alive. A waiter joins the queue at its first attempt (TryLock with wait 0 never joins) and
-// leaves it when it gets the lock or gives up (its wait runs out, or its context ends): then it removes
-// itself at once, and the waiters behind it keep their order. Only the head of the queue may take a free
-// lock. The final Unlock wakes the head alone, on its own channel "redisson_lock__channel:{<name>}:<owner>".
+// "redisson_lock_queue:{<name>}", scored in the sorted set "redisson_lock_timeout:{<name>}" as Redisson
+// scores them, with Options.FairLockWaitTimeout as Redisson's fairLockWaitTimeout (they must be equal);
+// relock keeps its own waiters' liveness in the sorted set "relock_lock_alive:{<name>}". A waiter joins
+// the queue at its first attempt (TryLock with wait 0 never joins) and leaves it when it gets the lock or
+// gives up (its wait runs out, or its context ends): then it removes itself at once, and the waiters
+// behind it keep their order. Only the head of the queue may take a free lock. The final Unlock wakes the
+// head alone, on its own channel "redisson_lock__channel:{<name>}:<owner>".
 //
-// A waiter is never dropped for having waited long: its Client's watchdog refreshes its entry every
-// watchdog timeout/3. An entry whose Client stopped refreshing it (the process died, or was cut off from
-// Redis) for a whole watchdog timeout is dropped when it reaches the head, so a dead waiter holds up the
-// queue for at most the watchdog timeout, as a dead holder does. When a holder's lease runs out without an
-// Unlock, the head of the queue takes the lock as soon as the key expires. A Client that is closed does
-// not remove its waiters' entries: they expire like those of a dead process.
+// A waiter is never dropped for having waited long: its Client's watchdog refreshes it every watchdog
+// timeout/3. A waiter whose Client stopped refreshing it (the process died, or was cut off from Redis) for
+// a whole watchdog timeout is dropped when it reaches the head, so a dead waiter holds up the queue for
+// about the watchdog timeout at most, as a dead holder does: relock's waiters try again at least every
+// watchdog timeout/3, and drop it. (Redisson's clients, which do not know relock's rule, drop it by
+// theirs, about FairLockWaitTimeout later; a Redisson client's waiter is dropped at the head by Redisson's
+// rule, by either side.) A live waiter keeps its Redisson score high enough that Redisson's clients do not
+// drop it; should one drop it anyway, or should it be removed by hand, it goes back to the head of the
+// queue within a watchdog timeout/3, and takes the lock if it is free. When a holder's lease runs out
+// without an Unlock, the head of the queue takes the lock as soon as the key expires. A Client that is
+// closed does not remove its waiters' entries: they expire like those of a dead process.
 //
 // Everything else (reentrancy, leases, the watchdog, HoldContext, fencing, one script per attempt and per
 // Unlock) is as for RLock. When no owner holds or waits for the lock, none of its keys is left in Redis
-// (the fencing counter excepted).
+// (the fencing counter excepted; and the alive set, for a watchdog timeout at most, when a Redisson client
+// dropped a dead relock waiter).
 type FairLock struct {
 	r reentrant
 }
+
+// defaultFairLockWaitTimeout is Redisson's default Config.fairLockWaitTimeout, the FairLockWaitTimeout a
+// zero in Options stands for.
+const defaultFairLockWaitTimeout = 5 * time.Minute
 
 // FairLock returns the fair lock called name. The name is the Redis key of the lock; an empty name makes
 // every method return ErrInvalidName. A nil Client gives a lock whose methods return ErrNilClient.
 func (c *Client) FairLock(name string, opts ...LockOption) *FairLock {
 	l := &FairLock{r: newReentrant(c, kindFair, name, opts)}
 	r := &l.r
-	queue, deadlines := companion("redisson_lock_queue", name), companion("redisson_lock_timeout", name)
-	r.waiters = &waitQueue{c: c, entries: deadlines, leave: scriptFairLeave, message: unlockMessage,
-		leaveKeys: []string{name, queue, deadlines, r.channel}}
+	queue, timeouts := companion("redisson_lock_queue", name), companion("redisson_lock_timeout", name)
+	alive := companion("relock_lock_alive", name)
+	keys := []string{name, queue, timeouts, alive, r.channel} // every queue script's
+	q := &waitQueue{c: c, entries: alive, leave: scriptFairLeave, leaveKeys: keys, message: unlockMessage,
+		refresh: renewal{script: scriptFairRefresh, keys: keys}}
+	if c != nil {
+		q.joinArgs = []string{c.fairLockWaitArg, unlockMessage}
+		q.publishes = true // the publish command follows joinArgs, in the acquire and refresh scripts
+		q.leaveArgs = []string{c.fairLockWaitArg}
+		q.refresh.args = q.joinArgs
+		q.maxSleep = c.watchdogTimeout / 3
+	}
+	r.waiters = q
 	r.ownerChannels = true
 	r.acquireScript, r.releaseScript, r.forceScript = scriptFairAcquire, scriptFairRelease, scriptFairForceRelease
-	r.acquireKeys = []string{name, queue, deadlines}
+	r.acquireKeys = slices.Clip(keys)
 	if r.fenced {
 		r.acquireKeys = append(r.acquireKeys, r.tokenKey())
 	}
-	r.releaseKeys = []string{name, queue, deadlines, r.channel, r.recordKey()}
+	r.releaseKeys = append(slices.Clip(keys), r.recordKey())
 	return l
 }
 

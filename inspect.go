@@ -88,7 +88,8 @@ type Waiter struct {
 	Token    string
 	// Expires is how long the entry stays alive unless its Client refreshes it (its watchdog does, every
 	// watchdog timeout/3). Zero or less means its Client stopped refreshing it (the process died, or lost
-	// Redis): the entry is dropped when it reaches the head of the queue.
+	// Redis): the entry is dropped when it reaches the head of the queue. For a Redisson client's waiter in
+	// a FairLock's queue, it is what is left of its Redisson score, by the same rule.
 	Expires time.Duration
 }
 
@@ -125,7 +126,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockState, error) {
 		return st, wrapErr("inspect", name, ctx.Err())
 	}
 	keys := []string{name, companion("redisson_lock_queue", name), companion("redisson_lock_timeout", name),
-		companion("relock_rwlock_writers", name), companion("redisson_lock_token", name)}
+		companion("relock_rwlock_writers", name), companion("redisson_lock_token", name), companion("relock_lock_alive", name)}
 	reply, err := c.run(ctx, scriptInspect, keys, []string{nameBase(name), strconv.Itoa(inspectQueueLimit)}).ToArray()
 	if err != nil {
 		return st, wrapErr("inspect", name, err)

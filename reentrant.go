@@ -126,7 +126,9 @@ func (r *reentrant) tryLock(ctx context.Context, op string, wait, lease time.Dur
 		args = append(args, r.extraArgs(owner)...)
 	}
 	if r.waiters != nil {
-		args = r.waiters.acquireArgs(args, wait != 0)
+		if args, err = r.waiters.acquireArgs(ctx, r.channel, args, wait != 0); err != nil {
+			return false, r.fail(ctx, op, err)
+		}
 	}
 	args = append(args, r.trailing...)
 	channel := r.channel
@@ -199,13 +201,17 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 	case -1:
 		return false, 0, ErrUpgrade
 	}
+	wait := time.Duration(-1)
+	if reply[1] >= 0 {
+		wait = time.Duration(reply[1]) * time.Millisecond
+	}
 	if join {
 		r.waiters.waiting(k, r.kind, sentAt)
+		if m := r.waiters.maxSleep; m > 0 && (wait < 0 || wait > m) {
+			wait = m
+		}
 	}
-	if reply[1] < 0 {
-		return false, -1, nil
-	}
-	return false, time.Duration(reply[1]) * time.Millisecond, nil
+	return false, wait, nil
 }
 
 // rollBack releases the hold level an acquisition just took (count is the hold count it reached) because

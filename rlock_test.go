@@ -421,9 +421,12 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	for _, opts := range []*relock.Options{{WatchdogTimeout: -time.Second}} {
+	for _, opts := range []*relock.Options{{WatchdogTimeout: -time.Second}, {FairLockWaitTimeout: -time.Millisecond}} {
 		if _, err := relock.New([]string{srv.Addr()}, opts); !errors.Is(err, relock.ErrInvalidDuration) {
 			t.Errorf("New with %+v: err = %v, want ErrInvalidDuration", opts, err)
+		}
+		if _, err := relock.Wrap(rdb, opts); !errors.Is(err, relock.ErrInvalidDuration) {
+			t.Errorf("Wrap with %+v: err = %v, want ErrInvalidDuration", opts, err)
 		}
 	}
 	if _, err := relock.New(nil, nil); !errors.Is(err, relock.ErrInvalidOptions) {

@@ -83,7 +83,7 @@ func (c *Client) ReadWriteLock(name string, opts ...LockOption) *ReadWriteLock {
 	w.trailing = tag
 	if w.writerPriority {
 		w.waiters = &waitQueue{c: c, entries: writers, leave: scriptRWWriteLeave, message: readUnlockMessage,
-			leaveKeys: []string{writers, channel}}
+			leaveKeys: []string{writers, channel}, refresh: renewal{script: scriptQueueRefresh, keys: []string{writers}}}
 		w.extraArgs = func(owner string) []string { return []string{owner} }
 	} else {
 		w.extraArgs = func(owner string) []string { return []string{owner, "", "0"} }

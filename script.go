@@ -48,6 +48,7 @@ var (
 	scriptFairRelease      = loadScript("fair_release")
 	scriptFairForceRelease = loadScript("fair_force_release")
 	scriptFairLeave        = loadScript("fair_leave")
+	scriptFairRefresh      = loadScript("fair_refresh")
 	scriptQueueRefresh     = loadScript("queue_refresh")
 
 	scriptRWReadAcquire  = loadScript("rw_read_acquire")

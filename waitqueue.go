@@ -5,26 +5,44 @@ import (
 	"time"
 )
 
-// waitQueue is a sorted set of waiting owners, each scored with the time (Redis's clock) until which it
-// counts as alive: a FairLock's deadlines, a write lock's waiting writers. Its entries are kept alive by
-// the watchdog while their owners wait, and removed by a leave script, at once, when an owner gives up.
-// The acquire script adds and removes entries; it takes two extra arguments for that: how long an entry
-// lives unrefreshed (the watchdog timeout) and whether this acquisition may join ('1') or not ('0').
+// waitQueue is a set of waiting owners kept alive by the watchdog while they wait: a FairLock's queue,
+// a write lock's waiting writers. The acquire script adds and removes entries; it takes extra arguments
+// for that: how long an entry lives unrefreshed (the watchdog timeout), whether this acquisition may join
+// ('1') or not ('0'), then joinArgs. A leave script removes an owner's entries, at once, when it gives up.
 type waitQueue struct {
 	c         *Client
-	entries   string   // the sorted set's key
-	leave     *script  // removes an owner's entry: ARGV = [owner field, message, publish command]
+	entries   string   // the sorted set of the owners' alive times: the watchdog's table names entries after it
+	leave     *script  // removes an owner's entries: ARGV = [owner field, message, publish command, leaveArgs...]
 	leaveKeys []string // the leave script's keys
+	leaveArgs []string // the leave script's arguments after its first three
 	message   string   // what the leave script publishes to whoever it wakes
+	joinArgs  []string // the acquire script's arguments after its join flag
+	// publishes says the acquire and refresh scripts take the publish command after joinArgs (they may wake
+	// a waiter), as found out by Client.publishCommand.
+	publishes bool
+	// refresh keeps waiting owners alive: a renewal whose args follow each owner's field (see renewal).
+	refresh renewal
+	// maxSleep, if positive, is the longest a queued owner sleeps between attempts, however long the
+	// acquire script says it may: its entry may vanish unseen (see FairLock), and an attempt puts it back.
+	maxSleep time.Duration
 }
 
-// acquireArgs appends the acquire script's queue arguments.
-func (q *waitQueue) acquireArgs(args []string, join bool) []string {
+// acquireArgs appends the acquire script's queue arguments, finding out the publish command if the
+// scripts need it.
+func (q *waitQueue) acquireArgs(ctx context.Context, channel string, args []string, join bool) ([]string, error) {
 	flag := "0"
 	if join {
 		flag = "1"
 	}
-	return append(args, q.c.watchdogTimeoutArg, flag)
+	args = append(append(args, q.c.watchdogTimeoutArg, flag), q.joinArgs...)
+	if q.publishes {
+		pub, err := q.c.publishCommand(ctx, channel)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, pub)
+	}
+	return args, nil
 }
 
 // entryKey names the owner's entry in the watchdog's table.
@@ -40,8 +58,18 @@ func (q *waitQueue) prepare(ctx context.Context, k holdKey) error {
 func (q *waitQueue) waiting(k holdKey, kind lockKind, sentAt time.Time) {
 	q.c.watchdog.acquired(q.entryKey(k), acquisition{
 		kind: kind, count: 1, sentAt: sentAt, keepAlive: true,
-		renew: renewal{script: scriptQueueRefresh, keys: []string{q.entries}, args: []string{k.field}},
+		renew: renewal{script: q.refresh.script, keys: q.refresh.keys, args: q.refreshArgs(k)},
 	})
+}
+
+// refreshArgs are the refresh script's args for the owner of k: its field, then the refresh's args, and the
+// publish command (known by now: the owner's attempt found it out) if the script takes it.
+func (q *waitQueue) refreshArgs(k holdKey) []string {
+	args := append([]string{k.field}, q.refresh.args...)
+	if q.publishes {
+		args = append(args, q.c.knownPublishCommand())
+	}
+	return args
 }
 
 // lateLeaves are the delays after which an owner that gave up leaves the queue again, when one of its
@@ -66,7 +94,7 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 			if err != nil {
 				return 0, err
 			}
-			return q.c.run(ctx, q.leave, q.leaveKeys, []string{k.field, q.message, pub}).AsInt64()
+			return q.c.run(ctx, q.leave, q.leaveKeys, append([]string{k.field, q.message, pub}, q.leaveArgs...)).AsInt64()
 		})
 	}
 	ran := q.c.goBackground(func(life context.Context) {

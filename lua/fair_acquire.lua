@@ -1,57 +1,74 @@
 -- Acquire, re-enter or queue for a fair (first come, first served) reentrant lock, in Redisson's
--- RedissonFairLock layout.
+-- RedissonFairLock layout, with Redisson's scores (see lib/queue.lua).
 --
 -- KEYS[1]  the lock: a hash, field = owner ("<clientUUID>:<token>"), value = hold count
 -- KEYS[2]  the queue, redisson_lock_queue:{<name>}: a list of waiting owners, oldest first
--- KEYS[3]  the deadlines, redisson_lock_timeout:{<name>}: a sorted set of the waiting owners, scored with the
---          time (milliseconds, Redis's clock) until which each counts as alive. Waiters refresh it; an entry
---          past its time belongs to a process that stopped refreshing (it died) and is dropped when it
---          reaches the head of the queue. A waiter is never dropped for having waited long.
--- KEYS[4]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
+-- KEYS[3]  the Redisson scores, redisson_lock_timeout:{<name>} (see lib/queue.lua)
+-- KEYS[4]  relock's waiters' alive times, relock_lock_alive:{<name>} (see lib/queue.lua)
+-- KEYS[5]  the channel prefix, redisson_lock__channel:{<name>}; a waiter listens on "<prefix>:<owner>"
+-- KEYS[6]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
 -- ARGV[1]  how long the hold lives, in milliseconds (the lease, or the watchdog timeout)
 -- ARGV[2]  the owner field
--- ARGV[3]  how long a queue entry lives without a refresh, in milliseconds
+-- ARGV[3]  how long the owner stays alive without a refresh, in milliseconds (the watchdog timeout)
 -- ARGV[4]  '1' to join the queue when the lock cannot be had now; '0' for a single attempt, which never
 --          joins it
+-- ARGV[5]  Redisson's fair lock wait time (Config.fairLockWaitTimeout), in milliseconds
+-- ARGV[6]  the message that wakes a waiter ("0")
+-- ARGV[7]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
+--
+-- Dead waiters are dropped from the head of the queue first. An owner that has an alive entry but is
+-- missing from the queue (a Redisson client dropped it, or it was removed by hand) goes back to the head,
+-- where it was. When the lock is free but the head is another waiter, that one is woken.
 --
 -- Returns {1, holdCount, token}  when the owner now holds the lock (see rlock_acquire.lua; token is 0 when
---                                the lock is not fenced). The owner's queue entry, if any, is gone.
+--                                the lock is not fenced). The owner's queue entries are gone, and wait is
+--                                subtracted from every remaining score.
 --         {0, wait, 0}           when it does not. wait is how long (ms) the caller may sleep before trying
 --                                again unless notified on its channel: for the head of the queue, the
 --                                lock's remaining time to live (-1: the key has no expiry, wait for the
---                                notification); for a waiter behind it, the time until the head's entry
---                                would expire if its process died.
+--                                notification); for a waiter behind it, the time until the head would
+--                                count as dead if it stopped refreshing.
 -- @include lib/clock.lua
 -- @include lib/queue.lua
 
 local now = now_ms()
 local owner = ARGV[2]
+local aliveTTL, wait = tonumber(ARGV[3]), tonumber(ARGV[5])
+local free = redis.call('exists', KEYS[1]) == 0
 
--- Drop the entries of dead waiters from the head of the queue, so they never block it.
-live_head(KEYS[2], KEYS[3], now)
+local head = live_head(KEYS[2], KEYS[3], KEYS[4], now)
+local pos = redis.call('lpos', KEYS[2], owner) or nil -- nil, not false, when it is not queued
+if not pos and redis.call('zscore', KEYS[4], owner) then
+  redis.call('lpush', KEYS[2], owner)
+  pos, head = 0, owner
+end
 
 local ttl = tonumber(ARGV[1])
 local function token(first)
-  if not KEYS[4] then
+  if not KEYS[6] then
     return 0
   end
   if first then
-    return redis.call('incr', KEYS[4])
+    return redis.call('incr', KEYS[6])
   end
-  return tonumber(redis.call('get', KEYS[4]) or 0)
+  return tonumber(redis.call('get', KEYS[6]) or 0)
 end
 
-if redis.call('exists', KEYS[1]) == 0 then
-  local head = redis.call('lindex', KEYS[2], 0)
+if free then
   if not head or head == owner then
     if head then
       redis.call('lpop', KEYS[2])
     end
     redis.call('zrem', KEYS[3], owner)
+    redis.call('zrem', KEYS[4], owner)
+    shorten_waits(KEYS[3], redis.call('zrange', KEYS[3], 0, -1), wait)
     redis.call('hset', KEYS[1], owner, 1)
     redis.call('pexpire', KEYS[1], ttl)
     return {1, 1, token(true)}
   end
+  -- The head may be asleep: its notification went to a dead waiter just dropped, or never came (a
+  -- Redisson waiter ahead of it gave up, which wakes nobody).
+  redis.call(ARGV[7], KEYS[5] .. ':' .. head, ARGV[6])
 elseif redis.call('hexists', KEYS[1], owner) == 1 then
   local count = redis.call('hincrby', KEYS[1], owner, 1)
   if redis.call('pttl', KEYS[1]) < ttl then
@@ -60,22 +77,28 @@ elseif redis.call('hexists', KEYS[1], owner) == 1 then
   return {1, count, token(false)}
 end
 
--- Not acquired: refresh the owner's entry, or join the queue at its end.
-local queued = redis.call('zscore', KEYS[3], owner)
+-- Not acquired: refresh the owner's entries, or join the queue at its end, with Redisson's score.
+local queued = pos ~= nil
 if queued then
-  redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), owner)
-  if not redis.call('lpos', KEYS[2], owner) then -- the list lost it (edited by hand): queue it again
-    redis.call('rpush', KEYS[2], owner)
-  end
+  keep_alive(KEYS[4], owner, now, aliveTTL)
+  raise_score(KEYS[3], KEYS[4], owner, pos, wait)
 elseif ARGV[4] == '1' then
+  local last = redis.call('lindex', KEYS[2], -1)
+  local base = last and redis.call('zscore', KEYS[3], last)
+  if base then
+    base = tonumber(base) - now
+  else
+    base = redis.call('pttl', KEYS[1])
+  end
+  redis.call('zadd', KEYS[3], base + wait + now, owner)
   redis.call('rpush', KEYS[2], owner)
-  redis.call('zadd', KEYS[3], now + tonumber(ARGV[3]), owner)
+  keep_alive(KEYS[4], owner, now, aliveTTL)
   queued = true
 end
 
-local head = redis.call('lindex', KEYS[2], 0)
 if queued and head and head ~= owner then
-  return {0, math.max(tonumber(redis.call('zscore', KEYS[3], head)) - now, 0), 0}
+  local until_ms = redis.call('zscore', KEYS[4], head) or redis.call('zscore', KEYS[3], head)
+  return {0, math.max(tonumber(until_ms) - now, 0), 0}
 end
 local pttl = redis.call('pttl', KEYS[1])
 if pttl == -2 then

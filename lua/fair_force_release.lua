@@ -2,9 +2,10 @@
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the queue (see fair_acquire.lua)
--- KEYS[3]  the deadlines (see fair_acquire.lua)
--- KEYS[4]  the channel prefix, redisson_lock__channel:{<name>}
--- KEYS[5]  the release record
+-- KEYS[3]  the Redisson scores (see fair_acquire.lua)
+-- KEYS[4]  relock's waiters' alive times (see fair_acquire.lua)
+-- KEYS[5]  the channel prefix, redisson_lock__channel:{<name>}
+-- KEYS[6]  the release record
 -- ARGV[1]  the unlock message
 -- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
@@ -13,6 +14,6 @@
 -- @include lib/queue.lua
 
 local deleted = redis.call('del', KEYS[1])
-redis.call('del', KEYS[5])
-wake_live_head(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[1], now_ms())
+redis.call('del', KEYS[6])
+wake_live_head(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[1], now_ms())
 return deleted

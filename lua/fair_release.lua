@@ -1,11 +1,12 @@
 -- Release one hold of a fair lock; at the last one, delete the lock and wake the first live waiter, and
--- only that one, on its own channel.
+-- only that one, on its own channel. Redisson's scores are not changed (see lib/queue.lua).
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the queue (see fair_acquire.lua)
--- KEYS[3]  the deadlines (see fair_acquire.lua)
--- KEYS[4]  the channel prefix, redisson_lock__channel:{<name>}; a waiter listens on "<prefix>:<owner>"
--- KEYS[5]  the release record (see rlock_release.lua)
+-- KEYS[3]  the Redisson scores (see fair_acquire.lua)
+-- KEYS[4]  relock's waiters' alive times (see fair_acquire.lua)
+-- KEYS[5]  the channel prefix, redisson_lock__channel:{<name>}; a waiter listens on "<prefix>:<owner>"
+-- KEYS[6]  the release record (see rlock_release.lua)
 -- ARGV[1]  the owner field
 -- ARGV[2]  the unlock message ("0")
 -- ARGV[3]  '' or the hold count the owner must have (the undo of an acquisition whose reply was lost)
@@ -18,9 +19,9 @@
 -- @include lib/release.lua
 -- @include lib/queue.lua
 
-local left = release_hold(KEYS[1], KEYS[5], ARGV[1], ARGV[3], ARGV[4])
+local left = release_hold(KEYS[1], KEYS[6], ARGV[1], ARGV[3], ARGV[4])
 if left ~= 0 then
   return left
 end
-wake_live_head(KEYS[2], KEYS[3], KEYS[4], ARGV[5], ARGV[2], now_ms())
+wake_live_head(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[2], now_ms())
 return 0

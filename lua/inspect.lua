@@ -3,9 +3,10 @@
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  a fair lock's queue, redisson_lock_queue:{<name>} (see fair_acquire.lua)
--- KEYS[3]  a fair lock's queue deadlines, redisson_lock_timeout:{<name>}
+-- KEYS[3]  a fair lock's Redisson scores, redisson_lock_timeout:{<name>}
 -- KEYS[4]  a read-write lock's waiting priority writers, relock_rwlock_writers:{<name>}
 -- KEYS[5]  the fencing token counter, redisson_lock_token:{<name>}
+-- KEYS[6]  a fair lock's relock waiters' alive times, relock_lock_alive:{<name>}
 -- ARGV[1]  the lock's tag, which starts a read-write lock's read-hold keys (see rw_read_acquire.lua)
 -- ARGV[2]  the most queue entries to return (the lengths are returned whole)
 --
@@ -18,7 +19,9 @@
 --              reader's, the longest PTTL of its read-hold keys; -3 otherwise
 --   queueLen   LLEN KEYS[2]
 --   queue      the first ARGV[2] entries of KEYS[2]
---   deadlines  those entries' deadlines in KEYS[3] (ms, Redis's clock), in queue order; -1 when missing
+--   deadlines  for those entries, in queue order, the time (ms) from which each counts as dead when at the
+--              head: a relock waiter's alive time in KEYS[6] (Redis's clock), another's Redisson score in
+--              KEYS[3]; -1 when it has neither
 --   writersLen ZCARD KEYS[4]
 --   writers    the first ARGV[2] members of KEYS[4] with their scores (ms, Redis's clock), flat
 --   token      the fencing counter's value, '' when there is none
@@ -52,7 +55,7 @@ end
 local queue = redis.call('lrange', KEYS[2], 0, limit - 1)
 local deadlines = {}
 for i, owner in ipairs(queue) do
-  deadlines[i] = tonumber(redis.call('zscore', KEYS[3], owner)) or -1
+  deadlines[i] = tonumber(redis.call('zscore', KEYS[6], owner) or redis.call('zscore', KEYS[3], owner)) or -1
 end
 local token = redis.call('get', KEYS[5]) or ''
 return {kind, redis.call('pttl', KEYS[1]), now, fields, readTTLs, redis.call('llen', KEYS[2]), queue,

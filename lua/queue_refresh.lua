@@ -1,5 +1,5 @@
--- Keep many waiting owners' entries alive at once: the watchdog's batch for a FairLock's queue
--- (redisson_lock_timeout:{<name>}) and a write lock's waiting writers (relock_rwlock_writers:{<name>}).
+-- Keep many waiting owners' entries alive at once: the watchdog's batch for a write lock's waiting writers
+-- (relock_rwlock_writers:{<name>}). A FairLock's waiters have their own (fair_refresh.lua).
 --
 -- KEYS[i]    the sorted set of the i-th entry, scored with the time until which each owner counts as alive
 -- ARGV[1]    how long an entry lives without a refresh, in milliseconds

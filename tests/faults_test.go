@@ -291,7 +291,8 @@ func TestCancelledWaitersLeaveNothing(t *testing.T) {
 		left = left[:0]
 		channels, _ := do(t, rdb, "PUBSUB", "CHANNELS").AsStrSlice()
 		left = append(left, channels...)
-		for _, k := range []string{"redisson_lock_queue:{c:f}", "redisson_lock_timeout:{c:f}", "relock_rwlock_writers:{c:rw2}"} {
+		for _, k := range []string{"redisson_lock_queue:{c:f}", "redisson_lock_timeout:{c:f}", "relock_lock_alive:{c:f}",
+			"relock_rwlock_writers:{c:rw2}"} {
 			if n, _ := do(t, rdb, "EXISTS", k).AsInt64(); n != 0 {
 				left = append(left, k)
 			}

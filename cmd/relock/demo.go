@@ -831,7 +831,8 @@ func (d *demo) version(ctx context.Context) string {
 func (d *demo) keys(i int) []string {
 	name := d.cfg.Name
 	// The lock's companions: Redisson's key layout for a name with a hash tag ("prefix:name").
-	ks := []string{name, "redisson_lock_token:" + name, "redisson_lock_queue:" + name, "redisson_lock_timeout:" + name}
+	ks := []string{name, "redisson_lock_token:" + name, "redisson_lock_queue:" + name, "redisson_lock_timeout:" + name,
+		"relock_lock_alive:" + name}
 	if i == 0 {
 		ks = append(ks, d.cfg.Counter, d.cfg.Mirror)
 	}

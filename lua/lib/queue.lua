@@ -1,26 +1,87 @@
--- live_head drops, from the head of a fair queue (a list of owners), the entries whose deadline (their
--- score in the deadlines sorted set, ms on Redis's clock) is not after now: their processes stopped
--- refreshing them. It returns the first live owner, or nil when none is left.
-local function live_head(queue, deadlines, now)
+-- A fair lock's queue, shared with Redisson's RedissonFairLock, is three keys in the lock's slot:
+--   queue    redisson_lock_queue:{<name>}: a list of the waiting owners, oldest first.
+--   timeouts redisson_lock_timeout:{<name>}: a sorted set scoring every queued owner, in Redisson's
+--            arithmetic (ms): a waiter joins with (the last waiter's score - now, or the lock's PTTL when
+--            nobody is queued) + wait + now, each acquisition subtracts wait from every remaining score, and
+--            a waiter that gives up subtracts wait from the scores of those behind it. wait is Redisson's
+--            Config.fairLockWaitTimeout (FairLockWaitTimeout). Redisson drops the head while its score is not
+--            after now, and fails on a queued owner without a score: every queued owner has one.
+--   alive    relock_lock_alive:{<name>}: relock's waiters only, scored with the time (ms, Redis's clock)
+--            until which each counts as alive. Their Clients refresh it; the key lives as long as its
+--            longest-lived entry.
+-- Only the head of the queue may take a free lock. Redisson's clients never read the alive set, so a
+-- relock waiter keeps its Redisson score high enough that their scripts do not drop it while it is alive
+-- (raise_score), and comes back when one does (see fair_acquire.lua and fair_refresh.lua).
+
+-- dead reports whether a queued owner's waiter is gone: for a relock waiter (it has an alive entry), its
+-- alive time is not after now; for another (a Redisson client's), Redisson's rule: its score is not after
+-- now. An owner with neither is a stray entry, dead too.
+local function dead(timeouts, alive, owner, now)
+  local until_ms = redis.call('zscore', alive, owner)
+  if not until_ms then
+    until_ms = redis.call('zscore', timeouts, owner)
+  end
+  return not until_ms or tonumber(until_ms) <= now
+end
+
+-- live_head drops the dead waiters (see dead) from the head of the queue, so they never block it, and
+-- returns the first live owner, or nil when none is left. A live relock head without a score (removed by
+-- hand) gets one, its alive time, so that Redisson's scripts can read it.
+local function live_head(queue, timeouts, alive, now)
   while true do
     local head = redis.call('lindex', queue, 0)
     if not head then
       return nil
     end
-    local alive = tonumber(redis.call('zscore', deadlines, head))
-    if alive and alive > now then
+    if not dead(timeouts, alive, head, now) then
+      if not redis.call('zscore', timeouts, head) then
+        redis.call('zadd', timeouts, redis.call('zscore', alive, head), head)
+      end
       return head
     end
     redis.call('lpop', queue)
-    redis.call('zrem', deadlines, head)
+    redis.call('zrem', timeouts, head)
+    redis.call('zrem', alive, head)
   end
 end
 
--- wake_live_head wakes the first live owner of a fair queue (see live_head), alone: it publishes message
--- on its own channel "<channel>:<owner>", with publish ('publish', or 'spublish' on a cluster).
-local function wake_live_head(queue, deadlines, channel, publish, message, now)
-  local head = live_head(queue, deadlines, now)
+-- wake_live_head wakes the first live owner of the queue (see live_head), alone: it publishes message on
+-- its own channel "<channel>:<owner>", with publish ('publish', or 'spublish' on a cluster).
+local function wake_live_head(queue, timeouts, alive, channel, publish, message, now)
+  local head = live_head(queue, timeouts, alive, now)
   if head then
     redis.call(publish, channel .. ':' .. head, message)
+  end
+end
+
+-- keep_alive makes the relock waiter owner alive for ttl ms from now, and the alive set live at least as
+-- long.
+local function keep_alive(alive, owner, now, ttl)
+  redis.call('zadd', alive, now + ttl, owner)
+  if redis.call('pttl', alive) < ttl then
+    redis.call('pexpire', alive, ttl)
+  end
+end
+
+-- raise_score raises the Redisson score of the relock waiter owner, at index pos of the queue, to at
+-- least its alive time + wait * (pos + 1), and never lowers it. Scores only fall when a waiter ahead takes
+-- the lock or gives up (by wait each time, pos times at most before the owner reaches the head), so
+-- Redisson's clients do not drop a waiter that stays alive; one that dies is dropped by them about wait
+-- after relock's scripts would drop it.
+local function raise_score(timeouts, alive, owner, pos, wait)
+  local floor = tonumber(redis.call('zscore', alive, owner)) + wait * (pos + 1)
+  local score = redis.call('zscore', timeouts, owner)
+  if not score or tonumber(score) < floor then
+    redis.call('zadd', timeouts, floor, owner)
+  end
+end
+
+-- shorten_waits subtracts wait from the scores of owners, those that have one (Redisson's arithmetic for
+-- the waiters that were behind one who took the lock or gave up).
+local function shorten_waits(timeouts, owners, wait)
+  for _, owner in ipairs(owners) do
+    if redis.call('zscore', timeouts, owner) then
+      redis.call('zincrby', timeouts, -wait, owner)
+    end
   end
 end
