@@ -24,6 +24,7 @@ type common struct {
 	redis   string
 	json    bool
 	timeout time.Duration
+	sharded string // --sharded-pubsub
 }
 
 // register adds the common flags to fs. timeout is the command's default for --timeout.
@@ -35,6 +36,20 @@ func (c *common) register(fs *flag.FlagSet, timeout time.Duration) {
 	fs.StringVar(&c.redis, "redis", def, "Redis `address`: host:port, comma-separated cluster seed nodes, or a redis:// URL")
 	fs.BoolVar(&c.json, "json", false, "print JSON, for scripts")
 	fs.DurationVar(&c.timeout, "timeout", timeout, "give up on Redis after this `duration`")
+	fs.StringVar(&c.sharded, "sharded-pubsub", "auto", "on a cluster, announce releases with sharded pub/sub: `auto`, on or off (set it as Redisson's shardedSubscriptionMode)")
+}
+
+// shardedPubSub returns the relock option --sharded-pubsub names.
+func (c *common) shardedPubSub() (relock.ShardedPubSub, error) {
+	switch strings.ToLower(c.sharded) {
+	case "", "auto":
+		return relock.ShardedPubSubAuto, nil
+	case "on":
+		return relock.ShardedPubSubOn, nil
+	case "off":
+		return relock.ShardedPubSubOff, nil
+	}
+	return 0, fmt.Errorf("%w: --sharded-pubsub %q: want auto, on or off", errUsage, c.sharded)
 }
 
 // newFlags returns a flag set for command name whose usage prints synopsis and the flags.
@@ -123,11 +138,20 @@ func (c *common) connect(ctx context.Context, opts *relock.Options) (*relock.Cli
 	if o.ConnWriteTimeout <= 0 {
 		o.ConnWriteTimeout = 5 * time.Second
 	}
+	mode, err := c.shardedPubSub()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	rdb, err := rueidis.NewClient(o)
 	if err != nil {
 		return nil, nil, nil, redisError(c.redis, err)
 	}
-	lc, err := relock.Wrap(rdb, opts)
+	var lo relock.Options
+	if opts != nil {
+		lo = *opts
+	}
+	lo.ShardedPubSub = mode
+	lc, err := relock.Wrap(rdb, &lo)
 	if err != nil {
 		rdb.Close()
 		return nil, nil, nil, err

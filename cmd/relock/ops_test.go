@@ -359,6 +359,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"inspect", "--redis", addr}, 2, "want one lock name"},
 		{[]string{"inspect", "", "--redis", addr}, 2, "not a valid lock name"},
 		{[]string{"inspect", "x", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"unlock", "--force", "--yes", "x", "--sharded-pubsub", "maybe", "--redis", addr}, 2, "want auto, on or off"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 	} {
 		_, errOut := mustRun(t, tc.code, "", tc.args...)
