@@ -83,19 +83,9 @@ func (e *opError) Error() string {
 
 func (e *opError) Unwrap() error { return e.err }
 
-// wrapErr attaches op and name to err, translating rueidis's closing error into ErrClosed.
-func wrapErr(op, name string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, rueidis.ErrClosing) {
-		err = ErrClosed
-	}
-	return &opError{op: op, name: name, err: err}
-}
-
-// wrapErrCtx is wrapErr for an operation made with ctx: once ctx has ended, the error matches ctx's error
-// (errors.Is), whatever else went wrong as it ended (a dial that timed out, a broken connection).
+// wrapErrCtx attaches op and name to err, an error of an operation made with ctx, translating rueidis's
+// closing error into ErrClosed. Once ctx has ended, the error matches ctx's error (errors.Is), whatever
+// else went wrong as it ended (a dial that timed out, a broken connection).
 func wrapErrCtx(ctx context.Context, op, name string, err error) error {
 	if err == nil {
 		return nil

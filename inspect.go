@@ -119,20 +119,20 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockState, error) {
 	st := LockState{Name: name}
 	switch {
 	case c.check() != nil:
-		return st, wrapErr("inspect", name, c.check())
+		return st, wrapErrCtx(ctx, "inspect", name, c.check())
 	case !validName(name):
-		return st, wrapErr("inspect", name, ErrInvalidName)
+		return st, wrapErrCtx(ctx, "inspect", name, ErrInvalidName)
 	case ctx.Err() != nil:
-		return st, wrapErr("inspect", name, ctx.Err())
+		return st, wrapErrCtx(ctx, "inspect", name, ctx.Err())
 	}
 	keys := []string{name, companion("redisson_lock_queue", name), companion("redisson_lock_timeout", name),
 		companion("relock_rwlock_writers", name), companion("redisson_lock_token", name), companion("relock_lock_alive", name)}
 	reply, err := c.run(ctx, scriptInspect, keys, []string{nameBase(name), strconv.Itoa(inspectQueueLimit)}).ToArray()
 	if err != nil {
-		return st, wrapErr("inspect", name, err)
+		return st, wrapErrCtx(ctx, "inspect", name, err)
 	}
 	if err := st.decode(reply); err != nil {
-		return LockState{Name: name}, wrapErr("inspect", name, err)
+		return LockState{Name: name}, wrapErrCtx(ctx, "inspect", name, err)
 	}
 	return st, nil
 }

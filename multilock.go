@@ -125,7 +125,7 @@ func (m *MultiLock) Lock(ctx context.Context) error {
 // otherwise).
 func (m *MultiLock) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if lease <= 0 {
-		return wrapErr("lock", m.name, ErrInvalidDuration)
+		return wrapErrCtx(ctx, "lock", m.name, ErrInvalidDuration)
 	}
 	_, err := m.tryLock(ctx, "lock", -1, lease)
 	return err
@@ -136,7 +136,7 @@ func (m *MultiLock) LockWithLease(ctx context.Context, lease time.Duration) erro
 // hold before.
 func (m *MultiLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 || lease < 0 {
-		return false, wrapErr("trylock", m.name, ErrInvalidDuration)
+		return false, wrapErrCtx(ctx, "trylock", m.name, ErrInvalidDuration)
 	}
 	return m.tryLock(ctx, "trylock", wait, lease)
 }
@@ -144,7 +144,7 @@ func (m *MultiLock) TryLock(ctx context.Context, wait, lease time.Duration) (boo
 func (m *MultiLock) tryLock(ctx context.Context, op string, wait, lease time.Duration) (bool, error) {
 	ctx, err := checkParts(ctx, m.parts)
 	if err != nil {
-		return false, wrapErr(op, m.name, err)
+		return false, wrapErrCtx(ctx, op, m.name, err)
 	}
 	tel, start := m.parts[0].core().c.tel, time.Now()
 	ctx, span := tel.startSpan(ctx, "relock.acquire", kindMulti, m.name)

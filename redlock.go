@@ -107,7 +107,7 @@ func (r *RedLock) Lock(ctx context.Context) error {
 // positive (ErrInvalidDuration otherwise).
 func (r *RedLock) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if lease <= 0 {
-		return wrapErr("lock", r.name, ErrInvalidDuration)
+		return wrapErrCtx(ctx, "lock", r.name, ErrInvalidDuration)
 	}
 	_, err := r.tryLock(ctx, "lock", -1, lease)
 	return err
@@ -119,7 +119,7 @@ func (r *RedLock) LockWithLease(ctx context.Context, lease time.Duration) error 
 // too (unreachable, stalled).
 func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if wait < 0 || lease < 0 {
-		return false, wrapErr("trylock", r.name, ErrInvalidDuration)
+		return false, wrapErrCtx(ctx, "trylock", r.name, ErrInvalidDuration)
 	}
 	return r.tryLock(ctx, "trylock", wait, lease)
 }
@@ -349,7 +349,7 @@ func (r *RedLock) Validity(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	if len(expiries) < r.quorum {
-		return 0, wrapErr("validity", r.name, ErrNotHeld)
+		return 0, wrapErrCtx(ctx, "validity", r.name, ErrNotHeld)
 	}
 	slices.SortFunc(expiries, func(a, b time.Time) int { return b.Compare(a) })
 	return max(time.Until(expiries[r.quorum-1])-r.drift(ttl), 0), nil
