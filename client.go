@@ -133,7 +133,7 @@ type Client struct {
 	pubsub  atomic.Int32
 	probing chan struct{}
 
-	watchdog *watchdog
+	holds    *holdTable
 	hub      *hub
 	tel      *telemetry
 
@@ -302,8 +302,8 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 	case o.ShardedPubSub == ShardedPubSubOn:
 		c.pubsub.Store(pubSharded)
 	}
-	c.watchdog = newWatchdog(c, o.WatchdogTimeout)
-	if c.tel, err = newTelemetry(tp, mp, c.watchdog.heldByKind); err != nil {
+	c.holds = newHoldTable(c, o.WatchdogTimeout)
+	if c.tel, err = newTelemetry(tp, mp, c.holds.heldByKind); err != nil {
 		end()
 		return nil, &opError{op: "new", err: err}
 	}
@@ -339,7 +339,7 @@ func (c *Client) Close() error {
 		waitAtMost(&c.releases, retryAttemptTimeout)
 		c.end()
 		c.hub.close()
-		c.watchdog.close()
+		c.holds.close()
 		c.bg.Wait()
 		c.tel.close()
 		if !c.borrowed {

@@ -57,6 +57,21 @@ var (
 	ErrUnavailable = errors.New("relock: redis unavailable")
 )
 
+// ErrLockLost is the cause (context.Cause) of a hold's context when the hold ended without its owner
+// releasing it: Redis no longer had it when the watchdog came to renew it (it expired during a pause,
+// was deleted by ForceUnlock or by hand, or Redis restarted), the watchdog could not renew it before it
+// expired, its lease ran out, or its Client was closed. Causes wrap it with the reason; test with
+// errors.Is.
+var ErrLockLost = errors.New("relock: lock lost")
+
+// The causes of a loss. Each wraps ErrLockLost.
+var (
+	errHoldGone     = fmt.Errorf("%w: the hold is gone from Redis", ErrLockLost)
+	errRenewTimeout = fmt.Errorf("%w: not renewed before it expired", ErrLockLost)
+	errLeaseExpired = fmt.Errorf("%w: its lease ran out", ErrLockLost)
+	errClientClosed = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
+)
+
 // errUnexpectedReply means a script answered in a shape it never produces: the key was changed by
 // something that does not follow the lock's layout, or the script is not the one relock sent.
 var errUnexpectedReply = errors.New("relock: unexpected reply from Redis")

@@ -157,7 +157,7 @@ func (r *reentrant) tryLock(ctx context.Context, op string, wait, lease time.Dur
 
 // attempt runs the acquire script once.
 func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, args []string, join bool) (bool, time.Duration, error) {
-	if _, err := r.c.watchdog.prepare(ctx, k); err != nil {
+	if _, err := r.c.holds.prepare(ctx, k); err != nil {
 		return false, 0, err
 	}
 	if r.waiters != nil {
@@ -192,7 +192,7 @@ func (r *reentrant) attempt(ctx, parent context.Context, k holdKey, lease, ttl t
 	}
 	switch reply[0] {
 	case 1:
-		r.c.watchdog.acquired(k, acquisition{
+		r.c.holds.acquired(k, acquisition{
 			kind: r.kind, name: r.name, count: reply[1], lease: lease, sentAt: sentAt,
 			renew: renewal{script: r.renewScript, keys: r.acquireKeys[:1], args: r.renewalArgs(args)},
 			token: uint64(reply[2]), parent: parent, traced: trace.SpanFromContext(ctx).IsRecording(),
@@ -234,7 +234,7 @@ func (r *reentrant) rollBack(ctx context.Context, k holdKey, count int64) error 
 // safe; the undo keeps trying until Redis answers or the hold it might undo has expired anyway. Until it
 // is done, the same owner's next operation on this lock waits.
 func (r *reentrant) undoAcquire(k holdKey, ttl time.Duration) {
-	prior, done := r.c.watchdog.settle(k)
+	prior, done := r.c.holds.settle(k)
 	args := append([]string{k.field, r.releaseMessage, strconv.FormatInt(prior+1, 10), "", r.c.knownPublishCommand()}, r.trailing...)
 	ran := r.c.goBackground(func(life context.Context) {
 		left := r.c.retryUnknown(life, time.Now().Add(ttl), func(ctx context.Context) (int64, error) {
@@ -260,7 +260,7 @@ func (r *reentrant) unlock(ctx context.Context) error {
 		r.releaseInBackground(k, args)
 		return r.fail(ctx, "unlock", ctx.Err())
 	}
-	if _, err := r.c.watchdog.prepare(ctx, k); err != nil {
+	if _, err := r.c.holds.prepare(ctx, k); err != nil {
 		r.releaseInBackground(k, args)
 		return r.fail(ctx, "unlock", err)
 	}
@@ -284,11 +284,11 @@ func (r *reentrant) unlock(ctx context.Context) error {
 		return r.fail(ctx, "unlock", err)
 	}
 	if left < 0 {
-		r.c.watchdog.notHeld(k)
+		r.c.holds.notHeld(k)
 		endSpan(span, outcomeNotHeld, nil)
 		return r.fail(ctx, "unlock", ErrNotHeld)
 	}
-	r.c.watchdog.released(k, left)
+	r.c.holds.released(k, left)
 	if left == 0 {
 		endSpan(span, outcomeReleased, nil)
 	} else {
@@ -304,7 +304,7 @@ func (r *reentrant) unlock(ctx context.Context) error {
 // contexts end with context.Canceled. The owner's next operation on the lock waits for the release.
 func (r *reentrant) releaseInBackground(k holdKey, args []string) {
 	args = repeating(args)
-	after, deadline, done := r.c.watchdog.unlocking(k)
+	after, deadline, done := r.c.holds.unlocking(k)
 	ran := r.c.goRelease(func(life context.Context) {
 		if after != nil { // an earlier operation of the owner is settling: release after it
 			select {
@@ -390,7 +390,7 @@ func (r *reentrant) holdContext(ctx context.Context) (context.Context, error) {
 	if err != nil {
 		return nil, r.fail(ctx, "holdcontext", err)
 	}
-	hctx, err := r.c.watchdog.holdContext(ctx, holdKey{key: r.name, field: field})
+	hctx, err := r.c.holds.holdContext(ctx, holdKey{key: r.name, field: field})
 	if err != nil {
 		return nil, r.fail(ctx, "holdcontext", err)
 	}
@@ -403,7 +403,7 @@ func (r *reentrant) holdDone(ctx context.Context) (context.Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.c.watchdog.holdDone(holdKey{key: r.name, field: field})
+	return r.c.holds.holdDone(holdKey{key: r.name, field: field})
 }
 
 func (r *reentrant) fencingToken(ctx context.Context) (uint64, error) {
@@ -414,7 +414,7 @@ func (r *reentrant) fencingToken(ctx context.Context) (uint64, error) {
 	if !r.fenced {
 		return 0, r.fail(ctx, "fencingtoken", ErrNotFenced)
 	}
-	token, ok := r.c.watchdog.token(holdKey{key: r.name, field: field})
+	token, ok := r.c.holds.token(holdKey{key: r.name, field: field})
 	if !ok {
 		return 0, r.fail(ctx, "fencingtoken", ErrNotHeld)
 	}
@@ -427,7 +427,7 @@ func (r *reentrant) expiry(ctx context.Context) (time.Time, time.Duration, bool)
 	if err != nil {
 		return time.Time{}, 0, false
 	}
-	return r.c.watchdog.expiry(holdKey{key: r.name, field: field})
+	return r.c.holds.expiry(holdKey{key: r.name, field: field})
 }
 
 func (r *reentrant) isLocked(ctx context.Context) (bool, error) {

@@ -50,13 +50,13 @@ func (q *waitQueue) entryKey(k holdKey) holdKey { return holdKey{key: q.entries,
 
 // prepare waits until no earlier removal of the owner's entry is under way.
 func (q *waitQueue) prepare(ctx context.Context, k holdKey) error {
-	_, err := q.c.watchdog.prepare(ctx, q.entryKey(k))
+	_, err := q.c.holds.prepare(ctx, q.entryKey(k))
 	return err
 }
 
 // waiting is told of each attempt that may have left the owner queued: the watchdog keeps the entry alive.
 func (q *waitQueue) waiting(k holdKey, kind lockKind, sentAt time.Time) {
-	q.c.watchdog.acquired(q.entryKey(k), acquisition{
+	q.c.holds.acquired(q.entryKey(k), acquisition{
 		kind: kind, count: 1, sentAt: sentAt, keepAlive: true,
 		renew: renewal{script: q.refresh.script, keys: q.refresh.keys, args: q.refreshArgs(k)},
 	})
@@ -84,10 +84,10 @@ var lateLeaves = []time.Duration{time.Second, 5 * time.Second}
 func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 	ek := q.entryKey(k)
 	if acquired { // the acquire script removed the entry
-		q.c.watchdog.released(ek, 0)
+		q.c.holds.released(ek, 0)
 		return
 	}
-	_, settled := q.c.watchdog.settle(ek)
+	_, settled := q.c.holds.settle(ek)
 	leave := func(life context.Context) {
 		q.c.retryUnknown(life, time.Now().Add(q.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
 			pub, err := q.c.publishCommand(ctx, q.entries) // the queue is in the lock's slot
@@ -109,7 +109,7 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 				return
 			case <-time.After(d):
 			}
-			if q.c.watchdog.count(ek) > 0 {
+			if q.c.holds.count(ek) > 0 {
 				return // the owner waits again: its entry is its new one, not the late one
 			}
 			leave(life)

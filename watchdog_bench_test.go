@@ -41,12 +41,12 @@ func BenchmarkRenewalBatch(b *testing.B) {
 				}()
 			}
 			wg.Wait()
-			c.watchdog.mu.Lock()
-			holds := make([]renewal, 0, len(c.watchdog.holds))
-			for _, h := range c.watchdog.holds {
+			c.holds.mu.Lock()
+			holds := make([]renewal, 0, len(c.holds.holds))
+			for _, h := range c.holds.holds {
 				holds = append(holds, h.renew)
 			}
-			c.watchdog.mu.Unlock()
+			c.holds.mu.Unlock()
 			if len(holds) != n {
 				b.Fatalf("%d holds registered, want %d", len(holds), n)
 			}
@@ -60,7 +60,7 @@ func BenchmarkRenewalBatch(b *testing.B) {
 			cpu0 := cpuTime()
 			b.ResetTimer()
 			for b.Loop() {
-				results, err := c.watchdog.runRenewals(ctx, holds)
+				results, err := c.holds.runRenewals(ctx, holds)
 				if err != nil {
 					b.Fatal(err)
 				}

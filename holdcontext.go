@@ -1,0 +1,97 @@
+package relock
+
+import (
+	"context"
+	"reflect"
+)
+
+// holdContext returns a context derived from parent that is cancelled, before the call that ends the hold
+// k returns, when the hold ends. It costs O(1): a parent that cannot end gets a light wrapper of the hold's
+// own context, and a parent that can end gets the same derived context every time.
+func (w *holdTable) holdContext(parent context.Context, k holdKey) (context.Context, error) {
+	w.mu.Lock()
+	h := w.holds[k]
+	if h == nil || h.count <= 0 || h.ended || h.keepAlive {
+		w.mu.Unlock()
+		return nil, ErrNotHeld
+	}
+	hc := h.doneLocked()
+	if parent.Done() == nil {
+		w.mu.Unlock()
+		return withValuesOf(hc, parent), nil
+	}
+	if !comparableContext(parent) { // no memo: the context ends just after the hold, in another goroutine
+		d, cancel := context.WithCancelCause(parent)
+		w.mu.Unlock()
+		stop := context.AfterFunc(hc, func() { cancel(context.Cause(hc)) })
+		context.AfterFunc(d, func() { stop() })
+		return d, nil
+	}
+	if d, ok := h.derived[parent]; ok {
+		w.mu.Unlock()
+		return d.ctx, nil
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	if h.derived == nil {
+		h.derived = make(map[context.Context]derived)
+	}
+	h.derived[parent] = derived{ctx: ctx, cancel: cancel} // ended with the hold (endLocked)
+	w.mu.Unlock()
+	context.AfterFunc(ctx, func() { // parent ended: forget it
+		w.mu.Lock()
+		if h.derived[parent].ctx == ctx {
+			delete(h.derived, parent)
+		}
+		w.mu.Unlock()
+	})
+	return ctx, nil
+}
+
+// derived is a context holdContext derived from a parent that can end, and its cancel function.
+type derived struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// holdDone returns the context that ends, with the hold's end as cause, when the hold k ends.
+func (w *holdTable) holdDone(k holdKey) (context.Context, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.holds[k]
+	if h == nil || h.count <= 0 || h.ended || h.keepAlive {
+		return nil, ErrNotHeld
+	}
+	return h.doneLocked(), nil
+}
+
+// doneLocked returns the context that ends with h, making it at the first call.
+func (h *hold) doneLocked() context.Context {
+	if h.ctx == nil {
+		h.ctx, h.cancel = context.WithCancelCause(context.Background())
+	}
+	return h.ctx
+}
+
+// comparableContext reports whether ctx can be a map key (every context of the standard library can).
+func comparableContext(ctx context.Context) bool {
+	return reflect.TypeOf(ctx).Comparable()
+}
+
+// valuesCtx is a context that ends with done (a hold's context) and carries the values of values (the
+// caller's context, which never ends). Lookups ask done first: it carries nothing but its own
+// cancellation, so context.Cause finds the hold's cause, and every other key reaches the caller's values.
+type valuesCtx struct {
+	context.Context // done
+	values          context.Context
+}
+
+func withValuesOf(done, values context.Context) context.Context {
+	return valuesCtx{Context: done, values: values}
+}
+
+func (c valuesCtx) Value(key any) any {
+	if v := c.Context.Value(key); v != nil {
+		return v
+	}
+	return c.values.Value(key)
+}

@@ -1,0 +1,281 @@
+package relock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// noSpan is the span of a hold that is not traced.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// holdKey names one owner's hold on one lock.
+type holdKey struct {
+	key   string // the lock's key
+	field string // the owner field
+}
+
+// acquisition is what a lock type reports to the watchdog when an acquisition succeeds.
+type acquisition struct {
+	kind   lockKind
+	name   string
+	count  int64           // the hold count Redis returned
+	lease  time.Duration   // 0: the watchdog keeps the hold alive
+	sentAt time.Time       // when the acquisition was sent: the hold's TTL runs from no earlier than this
+	renew  renewal         // how to renew it (used when lease is 0)
+	token  uint64          // fencing token, 0 if the lock is not fenced
+	parent context.Context // the acquiring call's context: the hold span's parent
+	traced bool            // the acquisition's span records: give the hold one too
+	// keepAlive marks an entry that is not a hold but something a waiter keeps alive the same way (a fair
+	// lock's queue entry): renewed like a hold, but without contexts, spans or metrics.
+	keepAlive bool
+}
+
+// hold is what the Client knows of one owner's hold on one lock. Every field is guarded by holdTable.mu.
+type hold struct {
+	key        holdKey
+	kind       lockKind
+	name       string
+	count      int64
+	renew      renewal       // how to renew the hold, or, for a lease hold, check that it is still there
+	renews     bool          // the watchdog extends the hold (an acquisition without a lease); else it only checks it
+	expiresAt  time.Time     // Redis drops the hold at this time or later, unless it is renewed
+	ttl        time.Duration // the longest lease (or watchdog timeout) its acquisitions asked for
+	next       time.Time     // when the watchdog next acts: a renewal falls due, or the lease ends
+	index      int           // position in the watchdog's queue; -1 when not queued
+	inflight   bool          // a renewal of it is under way
+	token      uint64
+	acquiredAt time.Time // zero for a placeholder made by settle
+	renewals   int
+	ended      bool
+	keepAlive  bool // see acquisition.keepAlive
+	// settling is closed when the undo of an acquisition whose reply was lost, or the completion of an
+	// unlock whose reply was lost, is over. Until then the owner's next operation on this hold waits, so
+	// the undo or completion sees counts nobody else is changing.
+	settling chan struct{}
+	// ctx ends, with the hold's end as cause, when the hold ends; made by the first holdContext call.
+	// derived memoizes, by parent, the contexts holdContext derived from it for a parent that can end, so
+	// that calling holdContext again and again with one parent costs no memory.
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	derived map[context.Context]derived
+	span    trace.Span // "relock.hold", from the first acquisition to the release or loss
+}
+
+// holdTable is the Client's table of its owners' holds: the truth behind HoldContext (holdcontext.go),
+// FencingToken, Validity, and the settling of operations whose outcome was not learnt (settle.go). Its
+// watchdog (watchdog.go), one goroutine, keeps the holds alive: holds without a lease are renewed every
+// timeout/3, in batches, for as long as they are held, and holds with one are checked as often. A hold that
+// Redis no longer has, that could not be renewed before it expired, or whose lease ran out is lost: its
+// context is cancelled with a cause wrapping ErrLockLost.
+type holdTable struct {
+	c       *Client
+	timeout time.Duration
+
+	mu      sync.Mutex
+	holds   map[holdKey]*hold
+	queue   holdQueue
+	started bool
+	closed  bool
+	// sleepUntil is when the loop will next look at the queue unless woken: a hold whose next event is
+	// later needs no wake-up, which keeps the loop asleep through most acquisitions.
+	sleepUntil time.Time
+	wake       chan struct{}
+	stopped    chan struct{}
+}
+
+func newHoldTable(c *Client, timeout time.Duration) *holdTable {
+	return &holdTable{
+		c:       c,
+		timeout: timeout,
+		holds:   make(map[holdKey]*hold),
+		wake:    make(chan struct{}, 1),
+		stopped: make(chan struct{}),
+	}
+}
+
+// acquired records a successful acquisition, first or reentrant, and schedules what the hold needs.
+func (w *holdTable) acquired(k holdKey, a acquisition) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	h := w.holds[k]
+	if h == nil {
+		h = &hold{key: k, index: -1}
+		w.holds[k] = h
+	}
+	if h.acquiredAt.IsZero() { // a first acquisition (or a placeholder being filled in)
+		h.kind, h.name, h.acquiredAt, h.keepAlive = a.kind, a.name, time.Now(), a.keepAlive
+		h.span = noSpan
+		if a.traced && !a.keepAlive { // no hold span where the acquisition was not traced (no SDK, or not sampled)
+			_, h.span = w.c.tel.tracer.Start(a.parent, "relock.hold")
+			h.span.SetAttributes(AttrLockName.String(a.name), AttrLockKind.String(a.kind.String()))
+		}
+	}
+	h.count = a.count
+	if a.token != 0 {
+		h.token = a.token
+	}
+	h.renew = a.renew
+	ttl := a.lease
+	if a.lease == 0 {
+		h.renews = true
+		ttl = w.timeout
+	}
+	h.ttl = max(h.ttl, ttl)
+	expires := a.sentAt.Add(ttl)
+	if expires.After(h.expiresAt) {
+		h.expiresAt = expires
+	}
+	w.scheduleLocked(h, a.sentAt)
+}
+
+// released records the hold count Redis returned for an unlock; at zero the hold ends.
+func (w *holdTable) released(k holdKey, left int64) {
+	w.mu.Lock()
+	h := w.holds[k]
+	if h == nil {
+		w.mu.Unlock()
+		return
+	}
+	h.count = left
+	var e ending
+	if left <= 0 && h.settling == nil {
+		e = w.endLocked(h, context.Canceled)
+	}
+	w.mu.Unlock()
+	e.report(w.c.tel)
+}
+
+// notHeld records that Redis says the owner does not hold the lock: a hold this Client believed in was
+// lost without the watchdog noticing yet.
+func (w *holdTable) notHeld(k holdKey) {
+	w.mu.Lock()
+	var e ending
+	if h := w.holds[k]; h != nil && h.settling == nil {
+		e = w.endLocked(h, errHoldGone)
+	}
+	w.mu.Unlock()
+	e.report(w.c.tel)
+}
+
+// token returns the fencing token of the hold k, if it is held and fenced.
+func (w *holdTable) token(k holdKey) (uint64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.holds[k]; h != nil && h.count > 0 && !h.ended && !h.keepAlive {
+		return h.token, true
+	}
+	return 0, false
+}
+
+// expiry returns when the hold k expires unless renewed, and its TTL, if it is held.
+func (w *holdTable) expiry(k holdKey) (time.Time, time.Duration, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.holds[k]; h != nil && h.count > 0 && !h.ended && !h.keepAlive {
+		return h.expiresAt, h.ttl, true
+	}
+	return time.Time{}, 0, false
+}
+
+// count returns the hold count known for k.
+func (w *holdTable) count(k holdKey) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.holds[k]; h != nil {
+		return h.count
+	}
+	return 0
+}
+
+// heldByKind counts the holds by kind, for the relock.held metric.
+func (w *holdTable) heldByKind() (n [numKinds]int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, h := range w.holds {
+		if h.count > 0 && !h.ended && !h.keepAlive {
+			n[h.kind]++
+		}
+	}
+	return n
+}
+
+// ending is a hold that ended, to be reported once holdTable.mu is released: cancelling its context and
+// ending its span call out of relock.
+type ending struct {
+	h       *hold
+	cause   error
+	held    time.Duration
+	derived []context.CancelCauseFunc // the hold's derived contexts, to end with it
+}
+
+// endLocked removes h from the table and the queue.
+func (w *holdTable) endLocked(h *hold, cause error) ending {
+	if h.ended {
+		return ending{}
+	}
+	h.ended = true
+	if w.holds[h.key] == h {
+		delete(w.holds, h.key)
+	}
+	if h.index >= 0 {
+		heap.Remove(&w.queue, h.index)
+	}
+	if h.acquiredAt.IsZero() || h.keepAlive {
+		return ending{} // a placeholder (nothing was ever held), or not a hold: nothing to report
+	}
+	e := ending{h: h, cause: cause, held: time.Since(h.acquiredAt)}
+	for _, d := range h.derived {
+		e.derived = append(e.derived, d.cancel)
+	}
+	return e
+}
+
+// report cancels the ended hold's context with its cause and records the end in its span and metrics.
+func (e ending) report(t *telemetry) {
+	h := e.h
+	if h == nil {
+		return
+	}
+	if h.cancel != nil {
+		h.cancel(e.cause)
+	}
+	for _, cancel := range e.derived {
+		cancel(e.cause)
+	}
+	ctx := context.Background()
+	t.holdTime.Record(ctx, e.held.Seconds(), t.byKind[h.kind])
+	o := outcomeReleased
+	if errors.Is(e.cause, ErrLockLost) {
+		o = outcomeGone
+		if e.cause != errLeaseExpired {
+			t.losses.Add(ctx, 1, t.byKind[h.kind])
+		}
+	}
+	if h.span.IsRecording() {
+		if o == outcomeGone {
+			h.span.AddEvent("lock lost", trace.WithAttributes(AttrCause.String(e.cause.Error())))
+		}
+		attrs := []attribute.KeyValue{AttrHoldMS.Float64(millis(e.held)), AttrRenewals.Int(h.renewals)}
+		if h.token != 0 {
+			attrs = append(attrs, AttrFencing.Int64(int64(h.token)))
+		}
+		endSpan(h.span, o, nil, attrs...)
+	} else {
+		h.span.End()
+	}
+}
+
+func reportAll(t *telemetry, es []ending) {
+	for _, e := range es {
+		e.report(t)
+	}
+}

@@ -1,0 +1,101 @@
+package relock
+
+import (
+	"context"
+	"time"
+)
+
+// prepare waits until nothing settles k, and returns the hold count known for it.
+func (w *holdTable) prepare(ctx context.Context, k holdKey) (int64, error) {
+	for {
+		w.mu.Lock()
+		h := w.holds[k]
+		if h == nil {
+			w.mu.Unlock()
+			return 0, nil
+		}
+		count, settling := h.count, h.settling
+		w.mu.Unlock()
+		if settling == nil {
+			return count, nil
+		}
+		select {
+		case <-settling:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// settle marks k as being settled; the returned func ends that, given the hold count then known
+// (negative: unchanged).
+func (w *holdTable) settle(k holdKey) (prior int64, done func(count int64)) {
+	w.mu.Lock()
+	h := w.holds[k]
+	if h == nil {
+		h = &hold{key: k, index: -1}
+		w.holds[k] = h
+	}
+	prior = h.count
+	ch := make(chan struct{})
+	h.settling = ch
+	w.mu.Unlock()
+	return prior, w.settled(h, ch)
+}
+
+// unlocking marks the owner's hold k as being released in the background (an Unlock that could not learn
+// the outcome of its release, or could not send it). If that release is the owner's last (the hold count
+// known is 1 or less), the hold ends now for the Client: the watchdog stops renewing it and its contexts end
+// with context.Canceled. Until done is called with the count Redis answered (negative: no answer), the
+// owner's next operation on the lock waits. after is the settling the release must wait for first (an
+// earlier operation of the owner whose outcome is being settled), or nil; deadline is when the hold would
+// have expired, after which there is nothing left to release.
+func (w *holdTable) unlocking(k holdKey) (after <-chan struct{}, deadline time.Time, done func(count int64)) {
+	w.mu.Lock()
+	now := time.Now()
+	deadline = now.Add(w.timeout)
+	h := w.holds[k]
+	var e ending
+	if h != nil {
+		if h.settling != nil {
+			after = h.settling
+		}
+		if !h.acquiredAt.IsZero() {
+			deadline = h.expiresAt
+			if h.count <= 1 {
+				e = w.endLocked(h, context.Canceled)
+				h = nil
+			}
+		}
+	}
+	if h == nil {
+		h = &hold{key: k, index: -1}
+		w.holds[k] = h
+	}
+	ch := make(chan struct{})
+	h.settling = ch
+	w.mu.Unlock()
+	e.report(w.c.tel)
+	return after, deadline, w.settled(h, ch)
+}
+
+// settled returns the function that ends the settling ch of h, given the hold count then known (negative:
+// unchanged); a hold left with no count ends.
+func (w *holdTable) settled(h *hold, ch chan struct{}) func(count int64) {
+	return func(count int64) {
+		w.mu.Lock()
+		if count >= 0 {
+			h.count = count
+		}
+		if h.settling == ch {
+			h.settling = nil
+		}
+		close(ch)
+		var e ending
+		if h.count <= 0 && h.settling == nil {
+			e = w.endLocked(h, context.Canceled)
+		}
+		w.mu.Unlock()
+		e.report(w.c.tel)
+	}
+}
