@@ -133,9 +133,9 @@ type Client struct {
 	pubsub  atomic.Int32
 	probing chan struct{}
 
-	holds    *holdTable
-	hub      *hub
-	tel      *telemetry
+	holds *holdTable
+	hub   *hub
+	tel   *telemetry
 
 	// life ends at Close; background work (undos) runs under it and is counted in bg.
 	life   context.Context

@@ -1,7 +1,6 @@
 package relock
 
 import (
-	"context"
 	"slices"
 	"time"
 )
@@ -32,129 +31,78 @@ import (
 // closed does not remove its waiters' entries: they expire like those of a dead process.
 //
 // Everything else (reentrancy, leases, the watchdog, HoldContext, fencing, one script per attempt and per
-// Unlock) is as for RLock. When no owner holds or waits for the lock, none of its keys is left in Redis
+// Unlock) is as for every RLock. When no owner holds or waits for the lock, none of its keys is left in Redis
 // (the fencing counter excepted; and the alive set, for a watchdog timeout at most, when a Redisson client
 // dropped a dead relock waiter).
-type FairLock struct {
-	r reentrant
-}
+type FairLock = RLock
 
 // defaultFairLockWaitTimeout is Redisson's default Config.fairLockWaitTimeout, the FairLockWaitTimeout a
 // zero in Options stands for.
 const defaultFairLockWaitTimeout = 5 * time.Minute
 
-// FairLock returns the fair lock called name. The name is the Redis key of the lock; an empty name makes
-// every method return ErrInvalidName. A nil Client gives a lock whose methods return ErrNilClient.
+// FairLock returns the fair lock called name (see FairLock). The name is the Redis key of the lock; a name
+// that ErrInvalidName describes makes every method return it. A nil Client gives a lock whose methods
+// return ErrNilClient.
 func (c *Client) FairLock(name string, opts ...LockOption) *FairLock {
-	l := &FairLock{r: newReentrant(c, kindFair, name, opts)}
-	r := &l.r
-	queue, timeouts := companion("redisson_lock_queue", name), companion("redisson_lock_timeout", name)
+	o := buildOptions(opts)
+	channel := companion("redisson_lock__channel", name)
 	alive := companion("relock_lock_alive", name)
-	keys := []string{name, queue, timeouts, alive, r.channel} // every queue script's
-	q := &waitQueue{c: c, entries: alive, leave: scriptFairLeave, leaveKeys: keys, message: unlockMessage,
-		refresh: renewal{script: scriptFairRefresh, keys: keys}}
+	// Every queue script's keys: the lock, the queue, Redisson's scores, relock's liveness, the channel.
+	keys := []string{name, companion("redisson_lock_queue", name), companion("redisson_lock_timeout", name), alive, channel}
+	s := &fairSpec{channel: channel, acquireKeys: slices.Clip(keys),
+		releaseKeys: append(slices.Clip(keys), companion("relock_release", name))}
+	if o.fenced {
+		s.acquireKeys = append(s.acquireKeys, companion("redisson_lock_token", name))
+	}
+	s.q = &waitQueue{c: c, entries: alive, leave: scriptFairLeave, leaveKeys: keys, message: unlockMessage,
+		refresh: renewal{script: scriptFairRefresh, keys: keys}, publishes: true}
 	if c != nil {
-		q.joinArgs = []string{c.fairLockWaitArg, unlockMessage}
-		q.publishes = true // the publish command follows joinArgs, in the acquire and refresh scripts
-		q.leaveArgs = []string{c.fairLockWaitArg}
-		q.refresh.args = q.joinArgs
-		q.maxSleep = c.watchdogTimeout / 3
+		s.aliveTTL, s.wait = c.watchdogTimeoutArg, c.fairLockWaitArg
+		s.q.leaveArgs = []string{c.fairLockWaitArg}
+		s.q.refresh.args = []string{c.fairLockWaitArg, unlockMessage}
+		s.q.maxSleep = c.watchdogTimeout / 3
 	}
-	r.waiters = q
-	r.ownerChannels = true
-	r.acquireScript, r.releaseScript, r.forceScript = scriptFairAcquire, scriptFairRelease, scriptFairForceRelease
-	r.acquireKeys = slices.Clip(keys)
-	if r.fenced {
-		r.acquireKeys = append(r.acquireKeys, r.tokenKey())
+	return newLock(c, kindFair, name, o, channel, s)
+}
+
+// fairSpec is the fair lock's kind: lua/fair_*.lua. Waiters are woken one by one, each on its own
+// channel; their queue (waitQueue) is kept alive by the watchdog.
+type fairSpec struct {
+	channel     string
+	acquireKeys []string // the queue scripts' keys, and the fencing counter if fenced
+	releaseKeys []string // the queue scripts' keys, and the release record
+	aliveTTL    string   // how long a waiter stays alive unrefreshed: the watchdog timeout, ms
+	wait        string   // Redisson's fair lock wait time, ms
+	q           *waitQueue
+}
+
+func (s *fairSpec) field(owner string) string       { return owner }
+func (s *fairSpec) waitChannel(field string) string { return s.channel + ":" + field }
+func (s *fairSpec) countCall(string) *scriptCall    { return nil }
+func (s *fairSpec) mode() string                    { return "" }
+func (s *fairSpec) queue() *waitQueue               { return s.q }
+func (s *fairSpec) renewal(field string) renewal {
+	return renewal{script: scriptRenew, keys: s.acquireKeys[:1], args: []string{field}}
+}
+
+func (s *fairSpec) acquire(a acquireCall) scriptCall {
+	return scriptCall{script: scriptFairAcquire, keys: s.acquireKeys,
+		args: []string{a.ttl, a.field, s.aliveTTL, joinFlag(a.join), s.wait, unlockMessage, a.publish}}
+}
+
+func (s *fairSpec) release(r releaseCall) scriptCall {
+	return scriptCall{script: scriptFairRelease, keys: s.releaseKeys,
+		args: []string{r.field, unlockMessage, r.expected, r.request, r.publish}}
+}
+
+func (s *fairSpec) forceRelease(publish string) scriptCall {
+	return scriptCall{script: scriptFairForceRelease, keys: s.releaseKeys, args: []string{unlockMessage, publish}}
+}
+
+// joinFlag is how queue scripts are told whether an attempt may join the queue.
+func joinFlag(join bool) string {
+	if join {
+		return "1"
 	}
-	r.releaseKeys = append(slices.Clip(keys), r.recordKey())
-	return l
+	return "0"
 }
-
-func (l *FairLock) core() *reentrant {
-	if l == nil {
-		return nil
-	}
-	return &l.r
-}
-
-// Name returns the lock's name, which is its Redis key.
-func (l *FairLock) Name() string {
-	if l == nil {
-		return ""
-	}
-	return l.r.name
-}
-
-// Lock acquires the lock for the owner of ctx, waiting its turn as long as ctx allows. The hold has no
-// lease: the watchdog keeps it alive until the owner's final Unlock. If the owner holds the lock already,
-// Lock increments the hold count and returns at once. When ctx ends first, Lock leaves the queue and
-// returns an error that wraps ctx.Err().
-func (l *FairLock) Lock(ctx context.Context) error {
-	_, err := l.core().tryLock(ctx, "lock", -1, 0)
-	return err
-}
-
-// LockWithLease is Lock with a lease: the hold expires lease after it is acquired, unless unlocked
-// before. lease must be positive (ErrInvalidDuration otherwise).
-func (l *FairLock) LockWithLease(ctx context.Context, lease time.Duration) error {
-	if lease <= 0 {
-		return l.core().fail(ctx, "lock", ErrInvalidDuration)
-	}
-	_, err := l.core().tryLock(ctx, "lock", -1, lease)
-	return err
-}
-
-// TryLock tries to acquire the lock for the owner of ctx, waiting its turn for up to wait. wait == 0
-// makes a single attempt, which succeeds only if the lock is free and nobody is queued, and never joins
-// the queue. lease > 0 makes the hold expire lease after it is acquired; lease == 0 gives a hold the
-// watchdog keeps alive. Negative durations return ErrInvalidDuration. It reports false, with a nil error,
-// when wait ran out; the owner has then left the queue.
-func (l *FairLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if wait < 0 || lease < 0 {
-		return false, l.core().fail(ctx, "trylock", ErrInvalidDuration)
-	}
-	return l.core().tryLock(ctx, "trylock", wait, lease)
-}
-
-// Unlock releases one hold of the owner of ctx. The final Unlock deletes the lock and wakes the head of
-// the queue, and only it. Unlock by a non-owner returns ErrNotHeld and changes nothing. Lost replies are
-// handled as for RLock.Unlock.
-func (l *FairLock) Unlock(ctx context.Context) error { return l.core().unlock(ctx) }
-
-// ForceUnlock deletes the lock whoever holds it and wakes the head of the queue. The queue is kept.
-func (l *FairLock) ForceUnlock(ctx context.Context) (bool, error) { return l.core().forceUnlock(ctx) }
-
-// HoldContext returns a context, derived from ctx, that is cancelled when the hold of ctx's owner ends:
-// with context.Canceled at its final Unlock, with a cause matching ErrLockLost when it is lost. See
-// RLock.HoldContext.
-func (l *FairLock) HoldContext(ctx context.Context) (context.Context, error) {
-	return l.core().holdContext(ctx)
-}
-
-// FencingToken returns the fencing token of the current hold of ctx's owner (see WithFencing).
-func (l *FairLock) FencingToken(ctx context.Context) (uint64, error) {
-	return l.core().fencingToken(ctx)
-}
-
-// IsLocked reports whether any owner holds the lock.
-func (l *FairLock) IsLocked(ctx context.Context) (bool, error) { return l.core().isLocked(ctx) }
-
-// IsHeld reports whether the owner of ctx holds the lock, asking Redis.
-func (l *FairLock) IsHeld(ctx context.Context) (bool, error) {
-	n, err := l.core().holdCount(ctx, "isheld")
-	return n > 0, err
-}
-
-// HoldCount returns how many times the owner of ctx holds the lock, asking Redis.
-func (l *FairLock) HoldCount(ctx context.Context) (int, error) {
-	return l.core().holdCount(ctx, "holdcount")
-}
-
-// RemainingTTL returns how long the lock's key will live unless renewed or released (see
-// RLock.RemainingTTL).
-func (l *FairLock) RemainingTTL(ctx context.Context) (time.Duration, error) {
-	return l.core().remainingTTL(ctx)
-}
-
-var _ Locker = (*FairLock)(nil)

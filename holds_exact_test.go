@@ -283,7 +283,10 @@ func TestLeasedHoldLossIsNoticed(t *testing.T) {
 		t.Fatalf("a leased hold still there was reported: %v", context.Cause(held))
 	}
 	<-held.Done()
-	if n, _ := do(t, rdb, "EXISTS", "lease:kept").AsInt64(); n != 0 {
-		t.Fatal("the lease was extended")
-	}
+	// The Client's expiry runs from when the acquisition was sent, Redis's from when it arrived: a few ms
+	// later. An extension by a check (the watchdog timeout is 600 ms) would keep it for hundreds more.
+	eventually(t, 100*time.Millisecond, "the key expires with its lease", func() bool {
+		n, _ := do(t, rdb, "EXISTS", "lease:kept").AsInt64()
+		return n == 0
+	})
 }

@@ -32,15 +32,15 @@ func relockKeys(name string) lockKeys {
 	rl := c.Lock(name, WithFencing())
 	fl := c.FairLock(name)
 	rw := c.ReadWriteLock(name)
-	rr := &rw.read.r
+	rr := rw.ReadLock().spec.(*readSpec)
 	return lockKeys{
-		channel:           rl.r.channel,
-		fairQueue:         fl.r.acquireKeys[1],
-		fairTimeout:       fl.r.acquireKeys[2],
-		fairWaiterChannel: fl.r.channel + ":c:7",
-		rwChannel:         rr.channel,
-		rwReadHold:        rr.trailing[0] + ":c:7:rwlock_timeout:1",
-		token:             rl.r.acquireKeys[1],
+		channel:           rl.channel,
+		fairQueue:         fl.spec.(*fairSpec).acquireKeys[1],
+		fairTimeout:       fl.spec.(*fairSpec).acquireKeys[2],
+		fairWaiterChannel: fl.spec.waitChannel("c:7"),
+		rwChannel:         rw.ReadLock().channel,
+		rwReadHold:        rr.base + ":c:7:rwlock_timeout:1",
+		token:             rl.spec.(*rlockSpec).acquireKeys[1],
 	}
 }
 

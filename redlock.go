@@ -46,21 +46,20 @@ type RedLockOptions struct {
 // clock jumps, use a fenced lock on one Redis whose durability you trust (WithFencing), or a consensus
 // system's revision (etcd, ZooKeeper), and have the storage check it.
 type RedLock struct {
-	parts  []Lockable
+	composite
 	quorum int
 	opts   RedLockOptions
-	name   string
-	holds  holdWatches
 }
 
 // NewRedLock returns the lock held when a majority of parts are. Each part should live on its own,
-// independent Redis master; with no parts, or a nil part, every method returns ErrInvalidOptions or
-// ErrNilClient.
+// independent Redis master; with no parts, or a part that is not one of relock's locks, every method
+// returns ErrInvalidOptions; with a nil part, ErrNilClient.
 func NewRedLock(parts []Lockable, opts *RedLockOptions) *RedLock {
-	r := &RedLock{parts: parts, quorum: len(parts)/2 + 1, name: partNames(parts)}
+	r := &RedLock{quorum: len(parts)/2 + 1}
 	if opts != nil {
 		r.opts = *opts
 	}
+	r.init(parts, r.tryLock)
 	return r
 }
 
@@ -72,7 +71,7 @@ func (r *RedLock) ttl(lease time.Duration) time.Duration {
 	}
 	ttl := time.Duration(0)
 	for _, p := range r.parts {
-		if t := p.core().c.watchdogTimeout; ttl == 0 || t < ttl {
+		if t := p.c.watchdogTimeout; ttl == 0 || t < ttl {
 			ttl = t
 		}
 	}
@@ -93,43 +92,12 @@ func (r *RedLock) drift(ttl time.Duration) time.Duration {
 	return ttl/100 + 2*time.Millisecond
 }
 
-// Lock acquires the lock on a majority of nodes for the owner of ctx, trying again after random delays as
-// long as ctx allows. Without a lease the parts are kept alive by their watchdogs until Unlock. When nodes
-// fail (unreachable, slower than NodeTimeout) so that no majority could answer, it returns an error
-// matching ErrNoQuorum: at once on its first attempt, or, once it is waiting for other owners, when they
-// have kept failing for 10 seconds.
-func (r *RedLock) Lock(ctx context.Context) error {
-	_, err := r.tryLock(ctx, "lock", -1, 0)
-	return err
-}
-
-// LockWithLease is Lock with a lease: the hold is valid for at most lease (see Validity). lease must be
-// positive (ErrInvalidDuration otherwise).
-func (r *RedLock) LockWithLease(ctx context.Context, lease time.Duration) error {
-	if lease <= 0 {
-		return wrapErrCtx(ctx, "lock", r.name, ErrInvalidDuration)
-	}
-	_, err := r.tryLock(ctx, "lock", -1, lease)
-	return err
-}
-
-// TryLock tries to acquire the lock on a majority of nodes, attempting again after random delays for up
-// to wait (0: one attempt); lease as for RLock.TryLock. It reports false, with a nil error, when other
-// owners kept it from a majority until wait ran out, and an error matching ErrNoQuorum when nodes failed
-// too (unreachable, stalled).
-func (r *RedLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if wait < 0 || lease < 0 {
-		return false, wrapErrCtx(ctx, "trylock", r.name, ErrInvalidDuration)
-	}
-	return r.tryLock(ctx, "trylock", wait, lease)
-}
-
-// check validates the options, the parts and ctx (see checkParts).
+// check validates the options, the parts and ctx (see composite.check).
 func (r *RedLock) check(ctx context.Context) (context.Context, error) {
 	if err := r.checkOptions(); err != nil {
 		return ctx, err
 	}
-	return checkParts(ctx, r.parts)
+	return r.composite.check(ctx)
 }
 
 func (r *RedLock) checkOptions() error {
@@ -139,30 +107,27 @@ func (r *RedLock) checkOptions() error {
 	return nil
 }
 
+// tryLock is the RedLock's acquisition. Lock reports node failures (ErrNoQuorum) at its first round, as an
+// RLock reports a failed first attempt. Once it waits for other owners it rides them out, as an RLock's
+// waiter rides out transient errors, for up to transientGrace: a node slower than the node timeout now
+// and then (a loaded machine, a failover) must not end a long wait.
 func (r *RedLock) tryLock(ctx context.Context, op string, wait, lease time.Duration) (bool, error) {
-	ctx, err := r.check(ctx)
-	if err != nil {
+	if err := r.checkOptions(); err != nil {
 		return false, wrapErrCtx(ctx, op, r.name, err)
 	}
-	tel, start := r.parts[0].core().c.tel, time.Now()
-	ctx, span := tel.startSpan(ctx, "relock.acquire", kindRedLock, r.name)
 	var (
 		lastNodeErr  error
 		round        int
 		troubleSince time.Time // when rounds began to fail for node errors
 	)
 	delay := func(int) time.Duration { return rand.N(r.retryDelay()) }
-	ok, rounds, err := retryRounds(ctx, r.parts, wait, delay, func(ctx context.Context) (bool, error) {
+	return r.acquire(ctx, op, kindRedLock, wait, delay, func(ctx context.Context) (bool, error) {
 		round++
 		ok, nodeErr, err := r.round(ctx, lease)
 		lastNodeErr = nodeErr
 		if nodeErr == nil {
 			troubleSince = time.Time{}
 		} else if wait < 0 {
-			// Lock reports node failures at its first round, as an RLock reports a failed first attempt.
-			// Once it waits for other owners it rides them out, as an RLock's waiter rides out transient
-			// errors, for up to transientGrace: a node slower than the node timeout now and then (a loaded
-			// machine, a failover) must not end a long wait.
 			if troubleSince.IsZero() {
 				troubleSince = time.Now()
 			}
@@ -171,17 +136,12 @@ func (r *RedLock) tryLock(ctx context.Context, op string, wait, lease time.Durat
 			}
 		}
 		return ok, err
+	}, func(ok bool, err error) error {
+		if !ok && err == nil && lastNodeErr != nil {
+			return fmt.Errorf("%w: %w", ErrNoQuorum, lastNodeErr)
+		}
+		return err
 	})
-	if !ok && err == nil && lastNodeErr != nil {
-		err = fmt.Errorf("%w: %w", ErrNoQuorum, lastNodeErr)
-	}
-	o := acquireOutcome(ok, err)
-	tel.acquired(ctx, kindRedLock, o, time.Since(start))
-	endSpan(span, o, err, AttrAttempts.Int(rounds), AttrWaitMS.Float64(millis(time.Since(start))))
-	if err != nil {
-		return false, wrapErrCtx(ctx, op, r.name, err)
-	}
-	return ok, nil
 }
 
 func (r *RedLock) retryDelay() time.Duration {
@@ -203,7 +163,7 @@ func (r *RedLock) round(ctx context.Context, lease time.Duration) (ok bool, node
 	got := make([]bool, n)
 	errs := make([]error, n)
 	var failed atomic.Int32
-	fanOut(r.parts, func(i int, p Lockable) {
+	r.fanOut(func(i int, p *RLock) {
 		nodeCtx, cancel := context.WithTimeout(roundCtx, r.nodeTimeout(ttl))
 		defer cancel()
 		got[i], errs[i] = p.TryLock(nodeCtx, 0, lease)
@@ -223,7 +183,7 @@ func (r *RedLock) round(ctx context.Context, lease time.Duration) (ok bool, node
 		case roundCtx.Err() != nil && ctx.Err() == nil && errors.Is(errs[i], context.Canceled):
 			// stopped early by this round: unknown
 		case permanent(errs[i]):
-			releaseParts(ctx, r.parts, got, r.nodeTimeout(ttl))
+			r.release(ctx, got, r.nodeTimeout(ttl))
 			return false, nil, errs[i]
 		default:
 			nodeErrs = append(nodeErrs, errs[i])
@@ -235,7 +195,7 @@ func (r *RedLock) round(ctx context.Context, lease time.Duration) (ok bool, node
 	// Release what this round acquired, and only that: a node whose attempt failed with an unknown outcome
 	// undoes it itself (only if it did take a hold level), and a hold the owner had before (a reentrant
 	// acquisition) is left as it was.
-	releaseParts(ctx, r.parts, got, r.nodeTimeout(ttl))
+	r.release(ctx, got, r.nodeTimeout(ttl))
 	if ctx.Err() != nil {
 		return false, nil, ctx.Err()
 	}
@@ -268,13 +228,13 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	err := r.checkOptions()
 	octx := ctx
 	if err == nil {
-		octx, err = partsOwner(ctx, r.parts)
+		octx, err = r.owner(ctx)
 	}
 	if err != nil {
 		return wrapErrCtx(ctx, "unlock", r.name, err)
 	}
 	errs := make([]error, len(r.parts))
-	fanOut(r.parts, func(i int, p Lockable) {
+	r.fanOut(func(i int, p *RLock) {
 		nodeCtx, cancel := context.WithTimeout(octx, r.nodeTimeout(r.ttl(0))) // a stalled node must not hold up the rest
 		defer cancel()
 		errs[i] = p.Unlock(nodeCtx)
@@ -313,7 +273,7 @@ func (r *RedLock) HoldContext(ctx context.Context) (context.Context, error) {
 	}
 	var held []context.Context
 	for _, p := range r.parts {
-		if h, err := p.core().holdDone(octx); err == nil {
+		if h, err := p.holdDone(octx); err == nil {
 			held = append(held, h)
 		}
 	}
@@ -343,7 +303,7 @@ func (r *RedLock) Validity(ctx context.Context) (time.Duration, error) {
 	var expiries []time.Time
 	ttl := time.Duration(0)
 	for _, p := range r.parts {
-		if at, holdTTL, ok := p.core().expiry(ctx); ok {
+		if at, holdTTL, ok := p.expiry(ctx); ok {
 			expiries = append(expiries, at)
 			ttl = max(ttl, holdTTL)
 		}

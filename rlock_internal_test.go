@@ -18,7 +18,7 @@ func TestRepeatedReleaseRequestReleasesOnce(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, r := range []*reentrant{c.Lock("repeated").core(), c.FairLock("repeated-fair").core()} {
+	for _, r := range []*RLock{c.Lock("repeated"), c.FairLock("repeated-fair")} {
 		t.Run(r.kind.String(), func(t *testing.T) {
 			lock := func() {
 				t.Helper()
@@ -32,7 +32,7 @@ func TestRepeatedReleaseRequestReleasesOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			first := r.releaseArgs(field)
+			first := newRelease(field)
 			for i := range 3 {
 				left, err := r.release(ctx, first)
 				if err != nil || left != 1 {
@@ -44,7 +44,7 @@ func TestRepeatedReleaseRequestReleasesOnce(t *testing.T) {
 				t.Fatalf("hold count = %d, %v; want 1", n, err)
 			}
 			// A new request releases the last hold; repeated, it finds nothing held and changes nothing.
-			last := r.releaseArgs(field)
+			last := newRelease(field)
 			if left, err := r.release(ctx, last); left != 0 || err != nil {
 				t.Fatalf("last release = %d, %v; want 0", left, err)
 			}

@@ -1,9 +1,6 @@
 package relock
 
-import (
-	"context"
-	"time"
-)
+import "slices"
 
 // ReadWriteLock is a distributed read-write lock, Redisson's RReadWriteLock in its key layout: any number
 // of owners may hold its read lock at once, or one owner its write lock, never both. Each of the two locks
@@ -12,7 +9,7 @@ import (
 //
 // The state is one hash at the lock's name: field "mode" ("read" or "write"), a field per reader
 // "<owner>" with its read count, and the writer's field "<owner>:write" with its write count. Each read
-// hold level n also has a key "{<name>}:<owner>:rwlock_timeout:<n>" that expires on its own, and each
+// hold level n also has a key "<base>:<owner>:rwlock_timeout:<n>" (<base>: "{<name>}", or the name when it holds a "{") that expires on its own, and each
 // Client renews only its own readers' keys: a reader whose Client dies or is closed stops counting within
 // the watchdog timeout, even while other readers keep the lock alive. Releases are announced on
 // "redisson_rwlock:{<name>}", and wake every waiter of the lock on each Client.
@@ -31,15 +28,17 @@ type ReadWriteLock struct {
 	write *WriteLock
 }
 
-// ReadLock is the shared half of a ReadWriteLock. See ReadWriteLock.
-type ReadLock struct {
-	r reentrant
-}
+// ReadLock is the shared half of a ReadWriteLock: an RLock whose holders share it (see ReadWriteLock). A
+// reader whose own hold expired (its lease ran out, or its Client stopped renewing it) holds nothing, even
+// while other readers keep the lock: IsHeld reports false, HoldCount 0, and Unlock ErrNotHeld. IsLocked
+// reports whether the lock is held in read mode. It is never fenced.
+type ReadLock = RLock
 
-// WriteLock is the exclusive half of a ReadWriteLock. See ReadWriteLock.
-type WriteLock struct {
-	r reentrant
-}
+// WriteLock is the exclusive half of a ReadWriteLock: an RLock (see ReadWriteLock). IsLocked reports
+// whether the lock is held in write mode. Lock and TryLock fail at once with ErrUpgrade when the owner
+// holds the read lock. Its final Unlock either deletes the lock or, if the owner also holds the read lock,
+// turns it into a read lock (a downgrade); either way every waiting reader is woken.
+type WriteLock = RLock
 
 // WithWriterPriority makes writers that wait for a ReadWriteLock's write lock hold back new readers,
 // so that a continuous stream of readers cannot starve them. It applies to writers made with it; readers
@@ -50,49 +49,32 @@ func WithWriterPriority() LockOption {
 	return func(o *lockOptions) { o.writerPriority = true }
 }
 
-// ReadWriteLock returns the read-write lock called name. The name is the Redis key of the lock; an empty
-// name makes every method return ErrInvalidName. A nil Client gives locks whose methods return
-// ErrNilClient. WithFencing applies to the write lock; WithWriterPriority to writers.
+// ReadWriteLock returns the read-write lock called name. The name is the Redis key of the lock; a name
+// that ErrInvalidName describes makes every method return it. A nil Client gives locks whose methods
+// return ErrNilClient. WithFencing applies to the write lock; WithWriterPriority to writers.
 func (c *Client) ReadWriteLock(name string, opts ...LockOption) *ReadWriteLock {
-	channel, writers, record := companion("redisson_rwlock", name), companion("relock_rwlock_writers", name), companion("relock_rwlock_release", name)
-	// The read-hold keys start with the lock's tag, which every script that forms them is given.
-	var tag []string
-	if validName(name) {
-		tag = []string{nameBase(name)}
-	}
+	o := buildOptions(opts)
+	channel, writers := companion("redisson_rwlock", name), companion("relock_rwlock_writers", name)
+	shared := rwKeys{base: nameBase(name), lockKeys: []string{name, writers},
+		releaseKeys: []string{name, channel, companion("relock_rwlock_release", name)}}
 
-	read := &ReadLock{r: newReentrant(c, kindRead, name, opts)}
-	r := &read.r
-	r.channel, r.mode, r.releaseMessage, r.fenced = channel, "read", readUnlockMessage, false
-	r.acquireScript, r.releaseScript, r.forceScript, r.renewScript = scriptRWReadAcquire, scriptRWReadRelease, scriptRWForceRelease, scriptRWReadRenew
-	r.acquireKeys = []string{name, writers}
-	r.releaseKeys = []string{name, channel, record}
-	r.extraArgs = func(owner string) []string { return []string{owner + writerSuffix} }
-	r.trailing, r.renewArgs = tag, tag
-	r.countScript = scriptRWReadCount
+	ro := o
+	ro.fenced = false
+	read := newLock(c, kindRead, name, ro, channel, &readSpec{rwKeys: shared})
 
-	write := &WriteLock{r: newReentrant(c, kindWrite, name, opts)}
-	w := &write.r
-	w.channel, w.mode, w.releaseMessage, w.fieldSuffix = channel, "write", readUnlockMessage, writerSuffix
-	w.acquireScript, w.releaseScript, w.forceScript = scriptRWWriteAcquire, scriptRWWriteRelease, scriptRWForceRelease
-	w.acquireKeys = []string{name, writers}
-	if w.fenced {
-		w.acquireKeys = append(w.acquireKeys, w.tokenKey())
+	ws := &writeSpec{rwKeys: shared, acquireKeys: shared.lockKeys}
+	if o.fenced {
+		ws.acquireKeys = append(slices.Clip(shared.lockKeys), companion("redisson_lock_token", name))
 	}
-	w.releaseKeys = []string{name, channel, record}
-	w.trailing = tag
-	if w.writerPriority {
-		w.waiters = &waitQueue{c: c, entries: writers, leave: scriptRWWriteLeave, message: readUnlockMessage,
+	if o.writerPriority {
+		ws.q = &waitQueue{c: c, entries: writers, leave: scriptRWWriteLeave, message: readUnlockMessage,
 			leaveKeys: []string{writers, channel}, refresh: renewal{script: scriptQueueRefresh, keys: []string{writers}}}
-		w.extraArgs = func(owner string) []string { return []string{owner} }
-	} else {
-		w.extraArgs = func(owner string) []string { return []string{owner, "", "0"} }
+		if c != nil {
+			ws.aliveTTL = c.watchdogTimeoutArg
+		}
 	}
-	return &ReadWriteLock{read: read, write: write}
+	return &ReadWriteLock{read: read, write: newLock(c, kindWrite, name, o, channel, ws)}
 }
-
-// writerSuffix turns an owner into its writer field.
-const writerSuffix = ":write"
 
 // ReadLock returns the read lock.
 func (rw *ReadWriteLock) ReadLock() *ReadLock { return rw.read }
@@ -100,163 +82,67 @@ func (rw *ReadWriteLock) ReadLock() *ReadLock { return rw.read }
 // WriteLock returns the write lock.
 func (rw *ReadWriteLock) WriteLock() *WriteLock { return rw.write }
 
-var (
-	_ Locker = (*ReadLock)(nil)
-	_ Locker = (*WriteLock)(nil)
-)
+// writerSuffix turns an owner into its writer field.
+const writerSuffix = ":write"
 
-func (l *ReadLock) core() *reentrant {
-	if l == nil {
-		return nil
-	}
-	return &l.r
+// rwKeys are what both halves of a read-write lock address: lua/rw_*.lua.
+type rwKeys struct {
+	base        string   // starts the read-hold keys: "{<name>}", or the name when it holds a "{"
+	lockKeys    []string // the lock, and the waiting priority writers
+	releaseKeys []string // the lock, the channel, the release records
 }
 
-// Name returns the lock's name, which is its Redis key.
-func (l *ReadLock) Name() string {
-	if l == nil {
-		return ""
-	}
-	return l.r.name
+func (k *rwKeys) release(sc *script, r releaseCall) scriptCall {
+	return scriptCall{script: sc, keys: k.releaseKeys,
+		args: []string{r.field, readUnlockMessage, r.expected, r.request, r.publish, k.base}}
 }
 
-// Lock acquires the read lock for the owner of ctx, waiting while a writer holds the lock (or, with
-// writer priority, waits for it) as long as ctx allows. The hold has no lease: the watchdog keeps it alive
-// until the owner's final Unlock. Reentrant, and granted at once to the owner holding the write lock.
-func (l *ReadLock) Lock(ctx context.Context) error {
-	_, err := l.core().tryLock(ctx, "lock", -1, 0)
-	return err
+func (k *rwKeys) forceRelease(publish string) scriptCall {
+	return scriptCall{script: scriptRWForceRelease, keys: k.releaseKeys, args: []string{readUnlockMessage, publish, k.base}}
 }
 
-// LockWithLease is Lock with a lease: the read hold expires lease after it is acquired. lease must be
-// positive (ErrInvalidDuration otherwise).
-func (l *ReadLock) LockWithLease(ctx context.Context, lease time.Duration) error {
-	if lease <= 0 {
-		return l.core().fail(ctx, "lock", ErrInvalidDuration)
-	}
-	_, err := l.core().tryLock(ctx, "lock", -1, lease)
-	return err
+func (k *rwKeys) waitChannel(string) string { return k.releaseKeys[1] }
+
+// readSpec is the read lock's kind.
+type readSpec struct{ rwKeys }
+
+func (s *readSpec) field(owner string) string        { return owner }
+func (s *readSpec) mode() string                     { return "read" }
+func (s *readSpec) queue() *waitQueue                { return nil }
+func (s *readSpec) release(r releaseCall) scriptCall { return s.rwKeys.release(scriptRWReadRelease, r) }
+func (s *readSpec) acquire(a acquireCall) scriptCall {
+	return scriptCall{script: scriptRWReadAcquire, keys: s.lockKeys, args: []string{a.ttl, a.field, a.field + writerSuffix, s.base}}
 }
 
-// TryLock tries to acquire the read lock, waiting up to wait (0: one attempt); lease as for
-// RLock.TryLock. It reports false, with a nil error, when wait ran out.
-func (l *ReadLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if wait < 0 || lease < 0 {
-		return false, l.core().fail(ctx, "trylock", ErrInvalidDuration)
-	}
-	return l.core().tryLock(ctx, "trylock", wait, lease)
+func (s *readSpec) renewal(field string) renewal {
+	return renewal{script: scriptRWReadRenew, keys: s.lockKeys[:1], args: []string{field, s.base}}
 }
 
-// Unlock releases one read hold of the owner of ctx. When the last holder of any kind leaves, the lock
-// is deleted and its waiters are woken. A non-holder gets ErrNotHeld and changes nothing. Lost replies
-// are handled as for RLock.Unlock.
-func (l *ReadLock) Unlock(ctx context.Context) error { return l.core().unlock(ctx) }
-
-// ForceUnlock deletes the whole read-write lock, whoever holds it in either mode, and wakes its waiters.
-func (l *ReadLock) ForceUnlock(ctx context.Context) (bool, error) { return l.core().forceUnlock(ctx) }
-
-// HoldContext returns a context, derived from ctx, that is cancelled when the owner's read hold ends:
-// with context.Canceled at its final Unlock, with a cause matching ErrLockLost when it is lost.
-func (l *ReadLock) HoldContext(ctx context.Context) (context.Context, error) {
-	return l.core().holdContext(ctx)
+// countCall: a reader's field may outlive its hold (its levels expired while others read).
+func (s *readSpec) countCall(field string) *scriptCall {
+	return &scriptCall{script: scriptRWReadCount, keys: s.lockKeys[:1], args: []string{field, s.base}}
 }
 
-// IsLocked reports whether the lock is held in read mode.
-func (l *ReadLock) IsLocked(ctx context.Context) (bool, error) { return l.core().isLocked(ctx) }
-
-// IsHeld reports whether the owner of ctx holds the read lock, asking Redis.
-func (l *ReadLock) IsHeld(ctx context.Context) (bool, error) {
-	n, err := l.core().holdCount(ctx, "isheld")
-	return n > 0, err
+// writeSpec is the write lock's kind.
+type writeSpec struct {
+	rwKeys
+	acquireKeys []string   // lockKeys, and the fencing counter if fenced
+	q           *waitQueue // the waiting priority writers (WithWriterPriority), or nil
+	aliveTTL    string     // with priority, how long a waiting writer's claim lives unrefreshed, ms; else ""
 }
 
-// HoldCount returns how many times the owner of ctx holds the read lock, asking Redis.
-func (l *ReadLock) HoldCount(ctx context.Context) (int, error) {
-	return l.core().holdCount(ctx, "holdcount")
+func (s *writeSpec) field(owner string) string    { return owner + writerSuffix }
+func (s *writeSpec) mode() string                 { return "write" }
+func (s *writeSpec) queue() *waitQueue            { return s.q }
+func (s *writeSpec) countCall(string) *scriptCall { return nil }
+func (s *writeSpec) release(r releaseCall) scriptCall {
+	return s.rwKeys.release(scriptRWWriteRelease, r)
+}
+func (s *writeSpec) renewal(field string) renewal {
+	return renewal{script: scriptRenew, keys: s.lockKeys[:1], args: []string{field}}
 }
 
-// RemainingTTL returns how long the lock's hash will live unless renewed or released.
-func (l *ReadLock) RemainingTTL(ctx context.Context) (time.Duration, error) {
-	return l.core().remainingTTL(ctx)
-}
-
-func (l *WriteLock) core() *reentrant {
-	if l == nil {
-		return nil
-	}
-	return &l.r
-}
-
-// Name returns the lock's name, which is its Redis key.
-func (l *WriteLock) Name() string {
-	if l == nil {
-		return ""
-	}
-	return l.r.name
-}
-
-// Lock acquires the write lock for the owner of ctx, waiting until no one else holds the lock in either
-// mode, as long as ctx allows. The hold has no lease: the watchdog keeps it alive until the owner's final
-// Unlock. Reentrant. It fails at once with ErrUpgrade if the owner holds the read lock.
-func (l *WriteLock) Lock(ctx context.Context) error {
-	_, err := l.core().tryLock(ctx, "lock", -1, 0)
-	return err
-}
-
-// LockWithLease is Lock with a lease: the write hold expires lease after it is acquired. lease must be
-// positive (ErrInvalidDuration otherwise).
-func (l *WriteLock) LockWithLease(ctx context.Context, lease time.Duration) error {
-	if lease <= 0 {
-		return l.core().fail(ctx, "lock", ErrInvalidDuration)
-	}
-	_, err := l.core().tryLock(ctx, "lock", -1, lease)
-	return err
-}
-
-// TryLock tries to acquire the write lock, waiting up to wait (0: one attempt); lease as for
-// RLock.TryLock. It reports false, with a nil error, when wait ran out, and fails at once with ErrUpgrade
-// if the owner holds the read lock.
-func (l *WriteLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if wait < 0 || lease < 0 {
-		return false, l.core().fail(ctx, "trylock", ErrInvalidDuration)
-	}
-	return l.core().tryLock(ctx, "trylock", wait, lease)
-}
-
-// Unlock releases one write hold of the owner of ctx. The final one deletes the lock, or, if the owner
-// also holds the read lock, turns it into a read lock (a downgrade); either way every waiting reader is
-// woken. A non-holder gets ErrNotHeld and changes nothing. Lost replies are handled as for RLock.Unlock.
-func (l *WriteLock) Unlock(ctx context.Context) error { return l.core().unlock(ctx) }
-
-// ForceUnlock deletes the whole read-write lock, whoever holds it in either mode, and wakes its waiters.
-func (l *WriteLock) ForceUnlock(ctx context.Context) (bool, error) { return l.core().forceUnlock(ctx) }
-
-// HoldContext returns a context, derived from ctx, that is cancelled when the owner's write hold ends:
-// with context.Canceled at its final Unlock, with a cause matching ErrLockLost when it is lost.
-func (l *WriteLock) HoldContext(ctx context.Context) (context.Context, error) {
-	return l.core().holdContext(ctx)
-}
-
-// FencingToken returns the fencing token of the owner's current write hold (see WithFencing).
-func (l *WriteLock) FencingToken(ctx context.Context) (uint64, error) {
-	return l.core().fencingToken(ctx)
-}
-
-// IsLocked reports whether the lock is held in write mode.
-func (l *WriteLock) IsLocked(ctx context.Context) (bool, error) { return l.core().isLocked(ctx) }
-
-// IsHeld reports whether the owner of ctx holds the write lock, asking Redis.
-func (l *WriteLock) IsHeld(ctx context.Context) (bool, error) {
-	n, err := l.core().holdCount(ctx, "isheld")
-	return n > 0, err
-}
-
-// HoldCount returns how many times the owner of ctx holds the write lock, asking Redis.
-func (l *WriteLock) HoldCount(ctx context.Context) (int, error) {
-	return l.core().holdCount(ctx, "holdcount")
-}
-
-// RemainingTTL returns how long the lock's hash will live unless renewed or released.
-func (l *WriteLock) RemainingTTL(ctx context.Context) (time.Duration, error) {
-	return l.core().remainingTTL(ctx)
+func (s *writeSpec) acquire(a acquireCall) scriptCall {
+	return scriptCall{script: scriptRWWriteAcquire, keys: s.acquireKeys,
+		args: []string{a.ttl, a.field, a.owner, s.aliveTTL, joinFlag(a.join), s.base}}
 }

@@ -6,9 +6,8 @@ import (
 )
 
 // waitQueue is a set of waiting owners kept alive by the watchdog while they wait: a FairLock's queue,
-// a write lock's waiting writers. The acquire script adds and removes entries; it takes extra arguments
-// for that: how long an entry lives unrefreshed (the watchdog timeout), whether this acquisition may join
-// ('1') or not ('0'), then joinArgs. A leave script removes an owner's entries, at once, when it gives up.
+// a write lock's waiting writers. The kind's acquire script adds and removes entries (an attempt that may
+// join says so); a leave script removes an owner's entries, at once, when it gives up.
 type waitQueue struct {
 	c         *Client
 	entries   string   // the sorted set of the owners' alive times: the watchdog's table names entries after it
@@ -16,33 +15,14 @@ type waitQueue struct {
 	leaveKeys []string // the leave script's keys
 	leaveArgs []string // the leave script's arguments after its first three
 	message   string   // what the leave script publishes to whoever it wakes
-	joinArgs  []string // the acquire script's arguments after its join flag
-	// publishes says the acquire and refresh scripts take the publish command after joinArgs (they may wake
-	// a waiter), as found out by Client.publishCommand.
+	// publishes says the acquire and refresh scripts take the publish command (they may wake a waiter), as
+	// found out by Client.publishCommand.
 	publishes bool
 	// refresh keeps waiting owners alive: a renewal whose args follow each owner's field (see renewal).
 	refresh renewal
 	// maxSleep, if positive, is the longest a queued owner sleeps between attempts, however long the
 	// acquire script says it may: its entry may vanish unseen (see FairLock), and an attempt puts it back.
 	maxSleep time.Duration
-}
-
-// acquireArgs appends the acquire script's queue arguments, finding out the publish command if the
-// scripts need it.
-func (q *waitQueue) acquireArgs(ctx context.Context, channel string, args []string, join bool) ([]string, error) {
-	flag := "0"
-	if join {
-		flag = "1"
-	}
-	args = append(append(args, q.c.watchdogTimeoutArg, flag), q.joinArgs...)
-	if q.publishes {
-		pub, err := q.c.publishCommand(ctx, channel)
-		if err != nil {
-			return nil, err
-		}
-		args = append(args, pub)
-	}
-	return args, nil
 }
 
 // entryKey names the owner's entry in the watchdog's table.

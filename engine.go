@@ -1,0 +1,488 @@
+package relock
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// unlockAttempts is how many times Unlock sends a release whose outcome it could not learn, before it
+// leaves the rest to the background; unlockRetryBackoff is the pause between them.
+const (
+	unlockAttempts     = 3
+	unlockRetryBackoff = 20 * time.Millisecond
+)
+
+// spec is a lock kind: the keys of one lock, and the script calls its operations make, built from typed
+// calls (rlock.go, fairlock.go, rwlock.go). Every kind keeps its holds in a hash at the lock's name whose
+// field is the owner's (plus a suffix, for a writer) and whose value is the hold count; its scripts give
+// the same replies: an acquisition {1, count, token}, {0, wait ms, 0} or {-1, 0, 0} (an upgrade that would
+// deadlock); a release the owner's remaining count, or -1 when it holds nothing; a forced release 1 or 0.
+type spec interface {
+	field(owner string) string        // the owner's field in the lock's hash
+	waitChannel(field string) string  // where a waiter with that field hears of releases
+	acquire(a acquireCall) scriptCall // one acquisition attempt
+	release(r releaseCall) scriptCall // one release request
+	forceRelease(publish string) scriptCall
+	renewal(field string) renewal       // how the watchdog renews, or checks, a hold
+	countCall(field string) *scriptCall // the owner's hold count, or nil: HGET of the field tells it
+	mode() string                       // the hash's mode while the lock is held as this kind, or "" (any)
+	queue() *waitQueue                  // the lock's waiters, when they queue (FairLock, writer priority)
+}
+
+// acquireCall is one acquisition attempt.
+type acquireCall struct {
+	ttl     string // how long the hold lives, ms: the lease, or the watchdog timeout
+	owner   string // "<clientUUID>:<token>"
+	field   string // the owner's field (spec.field)
+	join    bool   // the attempt may join the lock's wait queue
+	publish string // the publish command, for kinds whose acquisition may wake a waiter
+}
+
+// releaseCall is one release request.
+type releaseCall struct {
+	field    string
+	expected string // "" or the hold count the owner must have (an undo, which must not take a newer hold)
+	request  string // "" or the request id, "!" when sent first, "?" when sent again (see lib/release.lua)
+	publish  string // the publish command, "" while unknown (release finds it out)
+}
+
+// scriptCall is one run of a script.
+type scriptCall struct {
+	script *script
+	keys   []string
+	args   []string
+}
+
+func newLock(c *Client, kind lockKind, name string, o lockOptions, channel string, s spec) *RLock {
+	return &RLock{c: c, name: name, kind: kind, spec: s, fenced: o.fenced, ack: o.ack, channel: channel}
+}
+
+func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duration) (bool, error) {
+	owner, err := l.prepare(ctx)
+	if err != nil {
+		return false, l.fail(ctx, op, err)
+	}
+	ttl, ttlArg := lease, ""
+	if ttl == 0 {
+		ttl, ttlArg = l.c.watchdogTimeout, l.c.watchdogTimeoutArg
+	} else {
+		ttlArg = fmtMillis(ttl)
+	}
+	q := l.spec.queue()
+	call := acquireCall{ttl: ttlArg, owner: owner, field: l.spec.field(owner), join: q != nil && wait != 0}
+	if q != nil && q.publishes {
+		if call.publish, err = l.c.publishCommand(ctx, l.channel); err != nil {
+			return false, l.fail(ctx, op, err)
+		}
+	}
+	k := holdKey{key: l.name, field: call.field}
+	sc := l.spec.acquire(call)
+	parent := ctx
+	lateJoin := false // an attempt that joins the queue may have run unseen: it may yet add an entry
+	ok, err := l.c.acquire(ctx, acquireOp{
+		kind: l.kind, name: l.name, channel: l.spec.waitChannel(call.field), wait: wait,
+		try: func(ctx context.Context) (bool, time.Duration, error) {
+			ok, wait, err := l.attempt(ctx, parent, k, lease, ttl, sc, call.join)
+			lateJoin = lateJoin || call.join && outcomeUnknown(err)
+			return ok, wait, err
+		},
+	})
+	if call.join {
+		q.done(k, ok, lateJoin)
+	}
+	if err != nil {
+		return false, l.fail(ctx, op, err)
+	}
+	return ok, nil
+}
+
+// attempt runs the acquire script once.
+func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, sc scriptCall, join bool) (bool, time.Duration, error) {
+	if _, err := l.c.holds.prepare(ctx, k); err != nil {
+		return false, 0, err
+	}
+	q := l.spec.queue()
+	if q != nil {
+		if err := q.prepare(ctx, k); err != nil {
+			return false, 0, err
+		}
+	}
+	sentAt := time.Now()
+	var reply []int64
+	var err error
+	acked := int64(-1)
+	if l.ack.replicas > 0 {
+		var resp rueidis.RedisResult
+		resp, acked, err = l.c.runAcked(ctx, sc.script, sc.keys, sc.args, l.ack.replicas, l.ack.timeout)
+		if err == nil {
+			reply, err = resp.AsIntSlice()
+		}
+	} else {
+		reply, err = l.c.run(ctx, sc.script, sc.keys, sc.args).AsIntSlice()
+	}
+	if err != nil {
+		if outcomeUnknown(err) {
+			l.undoAcquire(k, ttl)
+		}
+		return false, 0, err
+	}
+	if len(reply) != 3 {
+		return false, 0, errUnexpectedReply
+	}
+	if reply[0] == 1 && acked >= 0 && acked < l.ack.replicas {
+		return false, 0, l.rollBack(ctx, k, reply[1])
+	}
+	switch reply[0] {
+	case 1:
+		l.c.holds.acquired(k, acquisition{
+			kind: l.kind, name: l.name, count: reply[1], lease: lease, sentAt: sentAt,
+			renew: l.spec.renewal(k.field), token: uint64(reply[2]), parent: parent,
+			traced: trace.SpanFromContext(ctx).IsRecording(),
+		})
+		return true, 0, nil
+	case -1:
+		return false, 0, ErrUpgrade
+	}
+	wait := time.Duration(-1)
+	if reply[1] >= 0 {
+		wait = time.Duration(reply[1]) * time.Millisecond
+	}
+	if join {
+		q.waiting(k, l.kind, sentAt)
+		if m := q.maxSleep; m > 0 && (wait < 0 || wait > m) {
+			wait = m
+		}
+	}
+	return false, wait, nil
+}
+
+// rollBack releases the hold level an acquisition just took (count is the hold count it reached) because
+// the replicas did not acknowledge it. If the release cannot be confirmed, the undo goes on in the
+// background.
+func (l *RLock) rollBack(ctx context.Context, k holdKey, count int64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retryAttemptTimeout)
+	defer cancel()
+	if _, err := l.release(ctx, releaseCall{field: k.field, expected: strconv.FormatInt(count, 10)}); err != nil {
+		l.undoAcquire(k, l.c.watchdogTimeout) // releases count (the known count + 1) if it is still there
+	}
+	return ErrReplicaAck
+}
+
+// undoAcquire releases, in the background, the hold an acquisition may have taken although its reply was
+// lost (the context ended or the connection broke while the script was in flight). Without it, a lock
+// could stay taken by nobody until its TTL ran out. The release only happens if the hold count is the
+// one that acquisition would have produced, so trying again after an attempt whose outcome is unknown is
+// safe; the undo keeps trying until Redis answers or the hold it might undo has expired anyway. Until it
+// is done, the same owner's next operation on this lock waits.
+func (l *RLock) undoAcquire(k holdKey, ttl time.Duration) {
+	prior, done := l.c.holds.settle(k)
+	call := releaseCall{field: k.field, expected: strconv.FormatInt(prior+1, 10)}
+	ran := l.c.goBackground(func(life context.Context) {
+		left := l.c.retryUnknown(life, time.Now().Add(ttl), func(ctx context.Context) (int64, error) {
+			return l.release(ctx, call)
+		})
+		done(left) // -1 (the acquisition did not run, or no answer): the count stays what it was
+	})
+	if !ran {
+		done(-1)
+	}
+}
+
+func (l *RLock) unlock(ctx context.Context) error {
+	field, err := l.ownerOf(ctx)
+	if err != nil {
+		return l.fail(ctx, "unlock", err)
+	}
+	k := holdKey{key: l.name, field: field}
+	call := newRelease(field)
+	// An Unlock whose ctx has ended (before it, or while it waits for an earlier operation of the owner to
+	// settle) still releases: in the background, on the Client's lifetime.
+	if ctx.Err() != nil {
+		l.releaseInBackground(k, call)
+		return l.fail(ctx, "unlock", ctx.Err())
+	}
+	if _, err := l.c.holds.prepare(ctx, k); err != nil {
+		l.releaseInBackground(k, call)
+		return l.fail(ctx, "unlock", err)
+	}
+	ctx, span := l.c.tel.startSpan(ctx, "relock.unlock", l.kind, l.name)
+	left, err := l.release(ctx, call)
+	if outcomeUnknown(err) {
+		call = repeating(call)
+	}
+	for attempt := 1; attempt < unlockAttempts && outcomeUnknown(err) && ctx.Err() == nil; attempt++ {
+		select {
+		case <-ctx.Done():
+		case <-time.After(unlockRetryBackoff):
+		}
+		left, err = l.release(ctx, call)
+	}
+	if err != nil {
+		if outcomeUnknown(err) {
+			l.releaseInBackground(k, call)
+		}
+		endSpan(span, outcomeError, err)
+		return l.fail(ctx, "unlock", err)
+	}
+	if left < 0 {
+		l.c.holds.notHeld(k)
+		endSpan(span, outcomeNotHeld, nil)
+		return l.fail(ctx, "unlock", ErrNotHeld)
+	}
+	l.c.holds.released(k, left)
+	if left == 0 {
+		endSpan(span, outcomeReleased, nil)
+	} else {
+		endSpan(span, outcomeDecremented, nil)
+	}
+	return nil
+}
+
+// releaseInBackground completes, on the Client's lifetime, a release whose outcome Unlock could not learn
+// (its ctx ended before, or while, it was sent; or the connection broke): it sends the request, again and
+// again, until Redis answers or the hold would have expired. A repeated request never releases twice. If
+// it is the owner's last hold, the hold ends at once for the Client: the watchdog stops renewing it and its
+// contexts end with context.Canceled. The owner's next operation on the lock waits for the release.
+func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
+	call = repeating(call)
+	after, deadline, done := l.c.holds.unlocking(k)
+	ran := l.c.goRelease(func(life context.Context) {
+		if after != nil { // an earlier operation of the owner is settling: release after it
+			select {
+			case <-after:
+			case <-life.Done():
+				done(-1)
+				return
+			}
+		}
+		left := l.c.retryUnknown(life, deadline, func(ctx context.Context) (int64, error) {
+			return l.release(ctx, call)
+		})
+		done(max(left, 0)) // not held, or no answer until the hold's expiry: the hold is over
+	})
+	if !ran {
+		done(-1)
+	}
+}
+
+// newRelease is a release request of the owner field, with a fresh id, marked as sent first.
+func newRelease(field string) releaseCall {
+	return releaseCall{field: field, request: "!" + strconv.FormatUint(rand.Uint64(), 36)}
+}
+
+// repeating marks a release request as sent again: the script then checks whether it was applied already
+// (the first sending skips that read).
+func repeating(call releaseCall) releaseCall {
+	if call.request != "" {
+		call.request = "?" + call.request[1:]
+	}
+	return call
+}
+
+// release sends one release request; sending the same request again never releases twice. The publish
+// command is found out first when it is not known yet (ShardedPubSubAuto); a probe that gets no answer
+// fails the call as an unanswered release would, so that it is repeated the same way.
+func (l *RLock) release(ctx context.Context, call releaseCall) (int64, error) {
+	if call.publish = l.c.knownPublishCommand(); call.publish == "" {
+		pub, err := l.c.publishCommand(ctx, l.channel)
+		if err != nil {
+			return 0, err
+		}
+		call.publish = pub
+	}
+	sc := l.spec.release(call)
+	return l.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
+}
+
+func (l *RLock) forceUnlock(ctx context.Context) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, l.fail(ctx, "forceunlock", err)
+	}
+	ctx, span := l.c.tel.startSpan(ctx, "relock.force_unlock", l.kind, l.name)
+	pub, err := l.c.publishCommand(ctx, l.channel)
+	var n int64
+	if err == nil {
+		sc := l.spec.forceRelease(pub)
+		n, err = l.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
+	}
+	if err != nil {
+		endSpan(span, outcomeError, err)
+		return false, l.fail(ctx, "forceunlock", err)
+	}
+	if n == 1 {
+		endSpan(span, outcomeReleased, nil)
+	} else {
+		endSpan(span, outcomeNotHeld, nil)
+	}
+	return n == 1, nil
+}
+
+func (l *RLock) holdContext(ctx context.Context) (context.Context, error) {
+	field, err := l.prepareField(ctx)
+	if err != nil {
+		return nil, l.fail(ctx, "holdcontext", err)
+	}
+	hctx, err := l.c.holds.holdContext(ctx, holdKey{key: l.name, field: field})
+	if err != nil {
+		return nil, l.fail(ctx, "holdcontext", err)
+	}
+	return hctx, nil
+}
+
+// holdDone returns the context that ends when the hold of ctx's owner ends (see holdTable.holdDone).
+func (l *RLock) holdDone(ctx context.Context) (context.Context, error) {
+	field, err := l.prepareField(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.c.holds.holdDone(holdKey{key: l.name, field: field})
+}
+
+func (l *RLock) fencingToken(ctx context.Context) (uint64, error) {
+	field, err := l.prepareField(ctx)
+	if err != nil {
+		return 0, l.fail(ctx, "fencingtoken", err)
+	}
+	if !l.fenced {
+		return 0, l.fail(ctx, "fencingtoken", ErrNotFenced)
+	}
+	token, ok := l.c.holds.token(holdKey{key: l.name, field: field})
+	if !ok {
+		return 0, l.fail(ctx, "fencingtoken", ErrNotHeld)
+	}
+	return token, nil
+}
+
+// expiry returns when the owner's hold expires unless renewed, and the hold's TTL, if it is held.
+func (l *RLock) expiry(ctx context.Context) (time.Time, time.Duration, bool) {
+	field, err := l.prepareField(ctx)
+	if err != nil {
+		return time.Time{}, 0, false
+	}
+	return l.c.holds.expiry(holdKey{key: l.name, field: field})
+}
+
+func (l *RLock) isLocked(ctx context.Context) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, l.fail(ctx, "islocked", err)
+	}
+	if m := l.spec.mode(); m != "" {
+		mode, err := l.c.do(ctx, l.c.rdb.B().Hget().Key(l.name).Field("mode").Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, l.fail(ctx, "islocked", err)
+		}
+		return mode == m, nil
+	}
+	n, err := l.c.do(ctx, l.c.rdb.B().Exists().Key(l.name).Build()).AsInt64()
+	if err != nil {
+		return false, l.fail(ctx, "islocked", err)
+	}
+	return n == 1, nil
+}
+
+func (l *RLock) holdCount(ctx context.Context, op string) (int, error) {
+	field, err := l.prepareField(ctx)
+	if err != nil {
+		return 0, l.fail(ctx, op, err)
+	}
+	var n int64
+	if sc := l.spec.countCall(field); sc != nil {
+		n, err = l.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
+	} else {
+		n, err = l.c.do(ctx, l.c.rdb.B().Hget().Key(l.name).Field(field).Build()).AsInt64()
+	}
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, l.fail(ctx, op, err)
+	}
+	return int(n), nil
+}
+
+func (l *RLock) remainingTTL(ctx context.Context) (time.Duration, error) {
+	if err := l.check(ctx); err != nil {
+		return 0, l.fail(ctx, "remainingttl", err)
+	}
+	ms, err := l.c.do(ctx, l.c.rdb.B().Pttl().Key(l.name).Build()).AsInt64()
+	if err != nil {
+		return 0, l.fail(ctx, "remainingttl", err)
+	}
+	return pttlToDuration(ms), nil
+}
+
+func pttlToDuration(ms int64) time.Duration {
+	switch {
+	case ms == -1:
+		return NoExpiry
+	case ms < 0:
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// check validates what every operation needs: a usable Client, a name, a live context.
+func (l *RLock) check(ctx context.Context) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// usable validates what every operation needs but its context: a usable Client and a name.
+func (l *RLock) usable() error {
+	if l == nil {
+		return ErrNilClient
+	}
+	if err := l.c.check(); err != nil {
+		return err
+	}
+	if !validName(l.name) {
+		return ErrInvalidName
+	}
+	return nil
+}
+
+// ownerOf returns the owner's field in the lock's hash, whether or not ctx has ended (an Unlock releases
+// even then).
+func (l *RLock) ownerOf(ctx context.Context) (string, error) {
+	if err := l.usable(); err != nil {
+		return "", err
+	}
+	owner, err := l.c.ownerField(ctx)
+	return l.spec.field(owner), err
+}
+
+// prepare is check plus the owner of ctx.
+func (l *RLock) prepare(ctx context.Context) (string, error) {
+	if err := l.check(ctx); err != nil {
+		return "", err
+	}
+	return l.c.ownerField(ctx)
+}
+
+// prepareField is prepare, with the owner turned into the owner's field in the lock's hash.
+func (l *RLock) prepareField(ctx context.Context) (string, error) {
+	owner, err := l.prepare(ctx)
+	if err != nil {
+		return "", err
+	}
+	return l.spec.field(owner), nil
+}
+
+// fail attaches op and the lock's name to err, and makes it match ctx's error once ctx has ended.
+func (l *RLock) fail(ctx context.Context, op string, err error) error {
+	name := ""
+	if l != nil {
+		name = l.name
+	}
+	return wrapErrCtx(ctx, op, name, err)
+}
