@@ -299,41 +299,6 @@ func (l *RLock) release(ctx context.Context, call releaseCall) (int64, error) {
 	return l.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
 }
 
-func (l *RLock) forceUnlock(ctx context.Context) (bool, error) {
-	if err := l.check(ctx); err != nil {
-		return false, l.fail(ctx, "forceunlock", err)
-	}
-	ctx, span := l.c.tel.startSpan(ctx, "relock.force_unlock", l.kind, l.name)
-	pub, err := l.c.publishCommand(ctx, l.channel)
-	var n int64
-	if err == nil {
-		sc := l.spec.forceRelease(pub)
-		n, err = l.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
-	}
-	if err != nil {
-		endSpan(span, outcomeError, err)
-		return false, l.fail(ctx, "forceunlock", err)
-	}
-	if n == 1 {
-		endSpan(span, outcomeReleased, nil)
-	} else {
-		endSpan(span, outcomeNotHeld, nil)
-	}
-	return n == 1, nil
-}
-
-func (l *RLock) holdContext(ctx context.Context) (context.Context, error) {
-	field, err := l.prepareField(ctx)
-	if err != nil {
-		return nil, l.fail(ctx, "holdcontext", err)
-	}
-	hctx, err := l.c.holds.holdContext(ctx, holdKey{key: l.name, field: field})
-	if err != nil {
-		return nil, l.fail(ctx, "holdcontext", err)
-	}
-	return hctx, nil
-}
-
 // holdDone returns the context that ends when the hold of ctx's owner ends (see holdTable.holdDone).
 func (l *RLock) holdDone(ctx context.Context) (context.Context, error) {
 	field, err := l.prepareField(ctx)
@@ -343,21 +308,6 @@ func (l *RLock) holdDone(ctx context.Context) (context.Context, error) {
 	return l.c.holds.holdDone(holdKey{key: l.name, field: field})
 }
 
-func (l *RLock) fencingToken(ctx context.Context) (uint64, error) {
-	field, err := l.prepareField(ctx)
-	if err != nil {
-		return 0, l.fail(ctx, "fencingtoken", err)
-	}
-	if !l.fenced {
-		return 0, l.fail(ctx, "fencingtoken", ErrNotFenced)
-	}
-	token, ok := l.c.holds.token(holdKey{key: l.name, field: field})
-	if !ok {
-		return 0, l.fail(ctx, "fencingtoken", ErrNotHeld)
-	}
-	return token, nil
-}
-
 // expiry returns when the owner's hold expires unless renewed, and the hold's TTL, if it is held.
 func (l *RLock) expiry(ctx context.Context) (time.Time, time.Duration, bool) {
 	field, err := l.prepareField(ctx)
@@ -365,68 +315,6 @@ func (l *RLock) expiry(ctx context.Context) (time.Time, time.Duration, bool) {
 		return time.Time{}, 0, false
 	}
 	return l.c.holds.expiry(holdKey{key: l.name, field: field})
-}
-
-func (l *RLock) isLocked(ctx context.Context) (bool, error) {
-	if err := l.check(ctx); err != nil {
-		return false, l.fail(ctx, "islocked", err)
-	}
-	if m := l.spec.mode(); m != "" {
-		mode, err := l.c.do(ctx, l.c.rdb.B().Hget().Key(l.name).Field("mode").Build()).ToString()
-		if rueidis.IsRedisNil(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, l.fail(ctx, "islocked", err)
-		}
-		return mode == m, nil
-	}
-	n, err := l.c.do(ctx, l.c.rdb.B().Exists().Key(l.name).Build()).AsInt64()
-	if err != nil {
-		return false, l.fail(ctx, "islocked", err)
-	}
-	return n == 1, nil
-}
-
-func (l *RLock) holdCount(ctx context.Context, op string) (int, error) {
-	field, err := l.prepareField(ctx)
-	if err != nil {
-		return 0, l.fail(ctx, op, err)
-	}
-	var n int64
-	if sc := l.spec.countCall(field); sc != nil {
-		n, err = l.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
-	} else {
-		n, err = l.c.do(ctx, l.c.rdb.B().Hget().Key(l.name).Field(field).Build()).AsInt64()
-	}
-	if rueidis.IsRedisNil(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, l.fail(ctx, op, err)
-	}
-	return int(n), nil
-}
-
-func (l *RLock) remainingTTL(ctx context.Context) (time.Duration, error) {
-	if err := l.check(ctx); err != nil {
-		return 0, l.fail(ctx, "remainingttl", err)
-	}
-	ms, err := l.c.do(ctx, l.c.rdb.B().Pttl().Key(l.name).Build()).AsInt64()
-	if err != nil {
-		return 0, l.fail(ctx, "remainingttl", err)
-	}
-	return pttlToDuration(ms), nil
-}
-
-func pttlToDuration(ms int64) time.Duration {
-	switch {
-	case ms == -1:
-		return NoExpiry
-	case ms < 0:
-		return 0
-	}
-	return time.Duration(ms) * time.Millisecond
 }
 
 // check validates what every operation needs: a usable Client, a name, a live context.

@@ -3,6 +3,8 @@ package relock
 import (
 	"context"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // RLock is a lock of any of relock's kinds, as in Redisson, where every lock is an RLock: the reentrant
@@ -119,7 +121,28 @@ func (l *RLock) Unlock(ctx context.Context) error { return l.unlock(ctx) }
 // whether there was a lock to release. It is meant for operators and recovery code: the owner learns of it
 // from its HoldContext (cancelled with ErrLockLost within a third of the watchdog timeout), or from Unlock,
 // which returns ErrNotHeld.
-func (l *RLock) ForceUnlock(ctx context.Context) (bool, error) { return l.forceUnlock(ctx) }
+func (l *RLock) ForceUnlock(ctx context.Context) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, l.fail(ctx, "forceunlock", err)
+	}
+	ctx, span := l.c.tel.startSpan(ctx, "relock.force_unlock", l.kind, l.name)
+	pub, err := l.c.publishCommand(ctx, l.channel)
+	var n int64
+	if err == nil {
+		sc := l.spec.forceRelease(pub)
+		n, err = l.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
+	}
+	if err != nil {
+		endSpan(span, outcomeError, err)
+		return false, l.fail(ctx, "forceunlock", err)
+	}
+	if n == 1 {
+		endSpan(span, outcomeReleased, nil)
+	} else {
+		endSpan(span, outcomeNotHeld, nil)
+	}
+	return n == 1, nil
+}
 
 // HoldContext returns a context, derived from ctx, for the hold of ctx's owner on the lock. It is
 // cancelled when the hold ends: with context.Canceled when the owner's final Unlock releases it, and with
@@ -132,16 +155,58 @@ func (l *RLock) ForceUnlock(ctx context.Context) (bool, error) { return l.forceU
 // owner has no hold that this Client acquired and has not seen end. It costs O(1): calling it again with
 // the same ctx returns the same context (or, for a ctx that never ends, a small value), and nothing it
 // makes outlives the hold or ctx.
-func (l *RLock) HoldContext(ctx context.Context) (context.Context, error) { return l.holdContext(ctx) }
+func (l *RLock) HoldContext(ctx context.Context) (context.Context, error) {
+	field, err := l.prepareField(ctx)
+	if err != nil {
+		return nil, l.fail(ctx, "holdcontext", err)
+	}
+	hctx, err := l.c.holds.holdContext(ctx, holdKey{key: l.name, field: field})
+	if err != nil {
+		return nil, l.fail(ctx, "holdcontext", err)
+	}
+	return hctx, nil
+}
 
 // FencingToken returns the fencing token of the current hold of ctx's owner: the value the lock's counter
 // took at the owner's first acquisition, greater than that of every earlier holder. It answers from what
 // the Client knows, without a round trip. It returns ErrNotFenced if the lock was made without
 // WithFencing (a read lock never is), and ErrNotHeld if the owner does not hold the lock.
-func (l *RLock) FencingToken(ctx context.Context) (uint64, error) { return l.fencingToken(ctx) }
+func (l *RLock) FencingToken(ctx context.Context) (uint64, error) {
+	field, err := l.prepareField(ctx)
+	if err != nil {
+		return 0, l.fail(ctx, "fencingtoken", err)
+	}
+	if !l.fenced {
+		return 0, l.fail(ctx, "fencingtoken", ErrNotFenced)
+	}
+	token, ok := l.c.holds.token(holdKey{key: l.name, field: field})
+	if !ok {
+		return 0, l.fail(ctx, "fencingtoken", ErrNotHeld)
+	}
+	return token, nil
+}
 
 // IsLocked reports whether any owner holds the lock (a read or write lock: in its mode).
-func (l *RLock) IsLocked(ctx context.Context) (bool, error) { return l.isLocked(ctx) }
+func (l *RLock) IsLocked(ctx context.Context) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, l.fail(ctx, "islocked", err)
+	}
+	if m := l.spec.mode(); m != "" {
+		mode, err := l.c.do(ctx, l.c.rdb.B().Hget().Key(l.name).Field("mode").Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, l.fail(ctx, "islocked", err)
+		}
+		return mode == m, nil
+	}
+	n, err := l.c.do(ctx, l.c.rdb.B().Exists().Key(l.name).Build()).AsInt64()
+	if err != nil {
+		return false, l.fail(ctx, "islocked", err)
+	}
+	return n == 1, nil
+}
 
 // IsHeld reports whether the owner of ctx holds the lock, asking Redis.
 func (l *RLock) IsHeld(ctx context.Context) (bool, error) {
@@ -156,7 +221,46 @@ func (l *RLock) HoldCount(ctx context.Context) (int, error) { return l.holdCount
 // RemainingTTL returns how long the lock's key will live unless renewed or released: 0 when nobody holds
 // the lock, and NoExpiry when the key exists without a time to live (written by something other than
 // relock or Redisson).
-func (l *RLock) RemainingTTL(ctx context.Context) (time.Duration, error) { return l.remainingTTL(ctx) }
+func (l *RLock) RemainingTTL(ctx context.Context) (time.Duration, error) {
+	if err := l.check(ctx); err != nil {
+		return 0, l.fail(ctx, "remainingttl", err)
+	}
+	ms, err := l.c.do(ctx, l.c.rdb.B().Pttl().Key(l.name).Build()).AsInt64()
+	if err != nil {
+		return 0, l.fail(ctx, "remainingttl", err)
+	}
+	return pttlToDuration(ms), nil
+}
+
+func pttlToDuration(ms int64) time.Duration {
+	switch {
+	case ms == -1:
+		return NoExpiry
+	case ms < 0:
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func (l *RLock) holdCount(ctx context.Context, op string) (int, error) {
+	field, err := l.prepareField(ctx)
+	if err != nil {
+		return 0, l.fail(ctx, op, err)
+	}
+	var n int64
+	if sc := l.spec.countCall(field); sc != nil {
+		n, err = l.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
+	} else {
+		n, err = l.c.do(ctx, l.c.rdb.B().Hget().Key(l.name).Field(field).Build()).AsInt64()
+	}
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, l.fail(ctx, op, err)
+	}
+	return int(n), nil
+}
 
 // NoExpiry is what RemainingTTL returns for a lock key that exists but has no time to live.
 const NoExpiry time.Duration = -1
