@@ -30,6 +30,7 @@
 --                                count as dead if it stopped refreshing.
 -- @include lib/clock.lua
 -- @include lib/queue.lua
+-- @include lib/hold.lua
 
 local now = now_ms()
 local owner = ARGV[2]
@@ -44,15 +45,6 @@ if not pos and redis.call('zscore', KEYS[4], owner) then
 end
 
 local ttl = tonumber(ARGV[1])
-local function token(first)
-  if not KEYS[6] then
-    return 0
-  end
-  if first then
-    return redis.call('incr', KEYS[6])
-  end
-  return tonumber(redis.call('get', KEYS[6]) or 0)
-end
 
 if free then
   if not head or head == owner then
@@ -62,19 +54,13 @@ if free then
     redis.call('zrem', KEYS[3], owner)
     redis.call('zrem', KEYS[4], owner)
     shorten_waits(KEYS[3], redis.call('zrange', KEYS[3], 0, -1), wait)
-    redis.call('hset', KEYS[1], owner, 1)
-    redis.call('pexpire', KEYS[1], ttl)
-    return {1, 1, token(true)}
+    return first_hold(KEYS[1], owner, ttl, KEYS[6])
   end
   -- The head may be asleep: its notification went to a dead waiter just dropped, or never came (a
   -- Redisson waiter ahead of it gave up, which wakes nobody).
   redis.call(ARGV[7], KEYS[5] .. ':' .. head, ARGV[6])
 elseif redis.call('hexists', KEYS[1], owner) == 1 then
-  local count = redis.call('hincrby', KEYS[1], owner, 1)
-  if redis.call('pttl', KEYS[1]) < ttl then
-    redis.call('pexpire', KEYS[1], ttl)
-  end
-  return {1, count, token(false)}
+  return reenter(KEYS[1], owner, ttl, KEYS[6])
 end
 
 -- Not acquired: refresh the owner's entries, or join the queue at its end, with Redisson's score.

@@ -13,27 +13,13 @@
 --         {0, pttl, 0}         when another owner holds it; pttl is the lock's remaining time to live in
 --                              milliseconds, or -1 when the key has no expiry (a waiter then waits for the
 --                              release message alone).
+-- @include lib/hold.lua
+
 local ttl = tonumber(ARGV[1])
 if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ttl)
-  local token = 0
-  if KEYS[2] then
-    token = redis.call('incr', KEYS[2])
-  end
-  return {1, 1, token}
+  return first_hold(KEYS[1], ARGV[2], ttl, KEYS[2])
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  -- A reentry never shortens the hold: an inner acquisition with a short lease must not cut short an outer
-  -- one (Redisson resets the TTL to the inner lease here).
-  if redis.call('pttl', KEYS[1]) < ttl then
-    redis.call('pexpire', KEYS[1], ttl)
-  end
-  local token = 0
-  if KEYS[2] then
-    token = tonumber(redis.call('get', KEYS[2]) or 0)
-  end
-  return {1, count, token}
+  return reenter(KEYS[1], ARGV[2], ttl, KEYS[2])
 end
 return {0, redis.call('pttl', KEYS[1]), 0}

@@ -18,6 +18,7 @@
 --                           (-1: no expiry), or the time until the first live priority writer's entry
 --                           expires when it yields to waiting writers.
 -- @include lib/clock.lua
+-- @include lib/hold.lua
 
 local ttl = tonumber(ARGV[1])
 local owner = ARGV[2]
@@ -26,9 +27,7 @@ local prefix = ARGV[4] .. ':' .. owner .. ':rwlock_timeout:'
 local function hold()
   local n = redis.call('hincrby', KEYS[1], owner, 1)
   redis.call('set', prefix .. n, 1, 'PX', ttl)
-  if redis.call('pttl', KEYS[1]) < ttl then
-    redis.call('pexpire', KEYS[1], ttl)
-  end
+  extend(KEYS[1], ttl)
   return {1, n, 0}
 end
 

@@ -16,19 +16,10 @@
 --                                forever (an upgrade), so the caller fails at once.
 -- @include lib/clock.lua
 -- @include lib/readers.lua
+-- @include lib/hold.lua
 
 local ttl = tonumber(ARGV[1])
 local writer = ARGV[2]
-
-local function token(first)
-  if not KEYS[3] then
-    return 0
-  end
-  if first then
-    return redis.call('incr', KEYS[3])
-  end
-  return tonumber(redis.call('get', KEYS[3]) or 0)
-end
 
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == 'read' then
@@ -54,17 +45,12 @@ if mode == 'read' then
   end
 end
 if not mode then
-  redis.call('hset', KEYS[1], 'mode', 'write', writer, 1)
-  redis.call('pexpire', KEYS[1], ttl)
+  redis.call('hset', KEYS[1], 'mode', 'write')
   redis.call('zrem', KEYS[2], writer)
-  return {1, 1, token(true)}
+  return first_hold(KEYS[1], writer, ttl, KEYS[3])
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
-  local count = redis.call('hincrby', KEYS[1], writer, 1)
-  if redis.call('pttl', KEYS[1]) < ttl then
-    redis.call('pexpire', KEYS[1], ttl)
-  end
-  return {1, count, token(false)}
+  return reenter(KEYS[1], writer, ttl, KEYS[3])
 end
 if ARGV[4] ~= '' and ARGV[5] == '1' then
   local now = now_ms()
