@@ -2,6 +2,7 @@ package relock
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -110,30 +111,22 @@ type telemetry struct {
 func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, observeHeld func() [numKinds]int64) (*telemetry, error) {
 	t := &telemetry{tracer: tp.Tracer(instrumentationName)}
 	m := mp.Meter(instrumentationName)
-	var err error
-	if t.acquisitions, err = m.Int64Counter("relock.acquisitions",
-		metric.WithDescription("Lock acquisitions (Lock, TryLock), by outcome."), metric.WithUnit("{acquisition}")); err != nil {
-		return nil, err
-	}
-	if t.waitTime, err = m.Float64Histogram("relock.wait.duration",
-		metric.WithDescription("Time from the start of an acquisition to its outcome."), metric.WithUnit("s")); err != nil {
-		return nil, err
-	}
-	if t.holdTime, err = m.Float64Histogram("relock.hold.duration",
-		metric.WithDescription("Time from a first acquisition to the final release or loss of the hold."), metric.WithUnit("s")); err != nil {
-		return nil, err
-	}
-	if t.renewals, err = m.Int64Counter("relock.renewals",
-		metric.WithDescription("Watchdog renewals of holds, by outcome."), metric.WithUnit("{renewal}")); err != nil {
-		return nil, err
-	}
-	if t.losses, err = m.Int64Counter("relock.losses",
-		metric.WithDescription("Holds lost before their owner released them."), metric.WithUnit("{loss}")); err != nil {
-		return nil, err
-	}
+	// Every instrument is made; what failed is returned, joined.
+	var errs [6]error
+	t.acquisitions, errs[0] = m.Int64Counter("relock.acquisitions",
+		metric.WithDescription("Lock acquisitions (Lock, TryLock), by outcome."), metric.WithUnit("{acquisition}"))
+	t.waitTime, errs[1] = m.Float64Histogram("relock.wait.duration",
+		metric.WithDescription("Time from the start of an acquisition to its outcome."), metric.WithUnit("s"))
+	t.holdTime, errs[2] = m.Float64Histogram("relock.hold.duration",
+		metric.WithDescription("Time from a first acquisition to the final release or loss of the hold."), metric.WithUnit("s"))
+	t.renewals, errs[3] = m.Int64Counter("relock.renewals",
+		metric.WithDescription("Watchdog renewals of holds, by outcome."), metric.WithUnit("{renewal}"))
+	t.losses, errs[4] = m.Int64Counter("relock.losses",
+		metric.WithDescription("Holds lost before their owner released them."), metric.WithUnit("{loss}"))
 	heldGauge, err := m.Int64ObservableUpDownCounter("relock.held",
 		metric.WithDescription("Locks held by this Client's owners."), metric.WithUnit("{lock}"))
-	if err != nil {
+	errs[5] = err
+	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
 	for k := lockKind(0); k < numKinds; k++ {

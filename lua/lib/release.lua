@@ -1,3 +1,18 @@
+-- release_level takes one hold level of the owner field off the lock and returns the count left, unless
+-- the release must not happen: then it returns nil and the reply, -1 when the owner does not hold the lock
+-- (or not with the expected count), or the current count for a repeated request that recorded() says was
+-- applied already.
+local function release_level(lock, field, expected, request, recorded)
+  local count = redis.call('hget', lock, field)
+  if not count or expected ~= '' and count ~= expected then
+    return nil, -1
+  end
+  if string.sub(request, 1, 1) == '?' and recorded() then
+    return nil, tonumber(count)
+  end
+  return redis.call('hincrby', lock, field, -1)
+end
+
 -- release_hold releases one hold of an owner on a reentrant lock, a hash of owner field -> hold count,
 -- whose release record is a string: "<owner field> <request id>" of the last release that left its owner
 -- still holding the lock (one owner holds such a lock at a time). The record lives no longer than the
@@ -13,18 +28,13 @@
 -- the owner's remaining hold count (for a repeat already applied, the current count, unchanged); or 0 when
 -- that was the last hold: the lock and its record are then deleted, and the caller announces the release.
 local function release_hold(lock, record, field, expected, request)
-  local count = redis.call('hget', lock, field)
-  if not count then
-    return -1
-  end
-  if expected ~= '' and count ~= expected then
-    return -1
-  end
   local id = field .. ' ' .. string.sub(request, 2)
-  if string.sub(request, 1, 1) == '?' and redis.call('get', record) == id then
-    return tonumber(count)
+  local count, reply = release_level(lock, field, expected, request, function()
+    return redis.call('get', record) == id
+  end)
+  if not count then
+    return reply
   end
-  count = redis.call('hincrby', lock, field, -1)
   if count > 0 then
     if request ~= '' then
       local ttl = redis.call('pttl', lock)
@@ -46,18 +56,13 @@ end
 -- decides about that). released, when not nil, is called with the hold level just released (the count
 -- before the decrement), before anything else is written.
 local function release_shared_hold(lock, record, field, expected, request, released)
-  local count = redis.call('hget', lock, field)
-  if not count then
-    return -1
-  end
-  if expected ~= '' and count ~= expected then
-    return -1
-  end
   local id = string.sub(request, 2)
-  if string.sub(request, 1, 1) == '?' and redis.call('hget', record, field) == id then
-    return tonumber(count)
+  local count, reply = release_level(lock, field, expected, request, function()
+    return redis.call('hget', record, field) == id
+  end)
+  if not count then
+    return reply
   end
-  count = redis.call('hincrby', lock, field, -1)
   if released then
     released(count + 1)
   end
