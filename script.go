@@ -6,6 +6,8 @@ import (
 	"embed"
 	"encoding/hex"
 	"io/fs"
+	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -137,4 +139,20 @@ func withinDeadline[T any](ctx context.Context, call func() T, failed func(error
 	case <-ctx.Done():
 		return failed(ctx.Err())
 	}
+}
+
+// fmtMillis formats d, rounded up to whole milliseconds, as a script argument.
+func fmtMillis(d time.Duration) string {
+	return strconv.FormatInt(roundUpToMillis(d).Milliseconds(), 10)
+}
+
+// roundUpToMillis rounds d up to whole milliseconds, without overflowing near the largest Duration.
+func roundUpToMillis(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r != 0 {
+		if d > math.MaxInt64-time.Millisecond {
+			return d - r
+		}
+		return d - r + time.Millisecond
+	}
+	return d
 }
