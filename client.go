@@ -103,9 +103,10 @@ type Client struct {
 	pubsub  atomic.Int32
 	probing chan struct{}
 
-	holds *holdTable
-	hub   *hub
-	tel   *telemetry
+	holds   *holdTable
+	scripts runner // runs the scripts of locks, renewals and queues (rueidisRunner)
+	hub     *hub
+	tel     *telemetry
 
 	// life ends at Close; background work (undos) runs under it and is counted in bg.
 	life   context.Context
@@ -272,6 +273,7 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 	case o.ShardedPubSub == ShardedPubSubOn:
 		c.pubsub.Store(pubSharded)
 	}
+	c.scripts = rueidisRunner{c}
 	c.holds = newHoldTable(c, o.WatchdogTimeout)
 	if c.tel, err = newTelemetry(tp, mp, c.holds.heldByKind); err != nil {
 		end()

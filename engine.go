@@ -123,7 +123,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 			reply, err = resp.AsIntSlice()
 		}
 	} else {
-		reply, err = l.c.run(ctx, sc.script, sc.keys, sc.args).AsIntSlice()
+		reply, err = l.c.scripts.runInts(ctx, sc)
 	}
 	if err != nil {
 		if outcomeUnknown(err) {
@@ -296,7 +296,7 @@ func (l *RLock) release(ctx context.Context, call releaseCall) (int64, error) {
 		call.publish = pub
 	}
 	sc := l.spec.release(call)
-	return l.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
+	return l.c.scripts.runInt(ctx, sc)
 }
 
 // holdDone returns the context that ends when the hold of ctx's owner ends (see holdTable.holdDone).

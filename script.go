@@ -72,22 +72,58 @@ func (c *Client) run(ctx context.Context, s *script, keys, args []string) rueidi
 	return withinDeadline(ctx, func() rueidis.RedisResult { return s.lua.Exec(ctx, c.rdb, keys, args) }, rueidis.NewErrorResult)
 }
 
-// runMany runs s once per exec, all at once: rueidis pipelines concurrent calls into one write per
-// connection, so this costs one round trip per node. Each run is EVALSHA, falling back to EVAL on
-// NOSCRIPT, like run. (rueidis's ExecMulti would first send SCRIPT LOAD to every node, a round trip more,
-// and fail whole while any node of a cluster is down.)
-func (c *Client) runMany(ctx context.Context, s *script, execs []rueidis.LuaExec) []rueidis.RedisResult {
-	resps := make([]rueidis.RedisResult, len(execs))
-	var wg sync.WaitGroup
-	for i, e := range execs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resps[i] = s.lua.Exec(ctx, c.rdb, e.Keys, e.Args)
-		}()
+// runner runs scripts whose replies are integers: the seam between rueidis and the state machines that
+// run them (the engine's attempts, releases and undos, the watchdog's batches, the wait queues' leaves).
+// A Client's is rueidisRunner; their tests use a scripted fake.
+type runner interface {
+	// runInt runs one script whose reply is an integer.
+	runInt(ctx context.Context, call scriptCall) (int64, error)
+	// runInts runs one script whose reply is a list of integers.
+	runInts(ctx context.Context, call scriptCall) ([]int64, error)
+	// runBatch runs many scripts at once, each replying a list of integers: one round trip per node.
+	runBatch(ctx context.Context, calls []scriptCall) ([][]int64, []error)
+}
+
+// rueidisRunner runs scripts through the Client's rueidis client (see Client.run).
+type rueidisRunner struct{ c *Client }
+
+func (r rueidisRunner) runInt(ctx context.Context, call scriptCall) (int64, error) {
+	return r.c.run(ctx, call.script, call.keys, call.args).AsInt64()
+}
+
+func (r rueidisRunner) runInts(ctx context.Context, call scriptCall) ([]int64, error) {
+	return r.c.run(ctx, call.script, call.keys, call.args).AsIntSlice()
+}
+
+// runBatch sends every call at once: rueidis pipelines concurrent calls into one write per connection, so
+// this costs one round trip per node. Each run is EVALSHA, falling back to EVAL on NOSCRIPT, like run.
+// (rueidis's ExecMulti would first send SCRIPT LOAD to every node, a round trip more, and fail whole while
+// any node of a cluster is down.) It returns by ctx's deadline, as run does.
+func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]int64, []error) {
+	type batch struct {
+		replies [][]int64
+		errs    []error
 	}
-	wg.Wait()
-	return resps
+	b := withinDeadline(ctx, func() batch {
+		b := batch{make([][]int64, len(calls)), make([]error, len(calls))}
+		var wg sync.WaitGroup
+		for i, call := range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b.replies[i], b.errs[i] = call.script.lua.Exec(ctx, r.c.rdb, call.keys, call.args).AsIntSlice()
+			}()
+		}
+		wg.Wait()
+		return b
+	}, func(err error) batch {
+		b := batch{make([][]int64, len(calls)), make([]error, len(calls))}
+		for i := range b.errs {
+			b.errs[i] = err
+		}
+		return b
+	})
+	return b.replies, b.errs
 }
 
 // runAcked runs s, then WAIT replicas timeout, in one write on one connection (WAIT counts the replicas
@@ -108,7 +144,9 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 	if ctx.Done() == nil {
 		resps = call()
 	} else {
-		resps = withinDeadline(ctx, call, func(err error) []rueidis.RedisResult { return fillErr(2, err) })
+		resps = withinDeadline(ctx, call, func(err error) []rueidis.RedisResult {
+			return []rueidis.RedisResult{rueidis.NewErrorResult(err), rueidis.NewErrorResult(err)}
+		})
 	}
 	acked, err := resps[1].AsInt64()
 	if resps[0].Error() != nil {

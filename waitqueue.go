@@ -74,7 +74,8 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 			if err != nil {
 				return 0, err
 			}
-			return q.c.run(ctx, q.leave, q.leaveKeys, append([]string{k.field, q.message, pub}, q.leaveArgs...)).AsInt64()
+			return q.c.scripts.runInt(ctx, scriptCall{script: q.leave, keys: q.leaveKeys,
+				args: append([]string{k.field, q.message, pub}, q.leaveArgs...)})
 		})
 	}
 	ran := q.c.goBackground(func(life context.Context) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/rueidis"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -155,85 +154,65 @@ func (w *holdTable) renew(due []*hold, jobs []renewal, sentAt, deadline time.Tim
 	}
 }
 
-// runRenewals runs the renewals due: per script (and, on a cluster, per slot: one run never
-// mixes slots), runs of up to renewBatchSize holds, all sent at once, so that rueidis pipelines them to
-// each node in one write. results[i] is 1 (renewed), 0 (gone) or -1 (no answer) for due[i].
+// runRenewals runs the renewals due: per script and mode (renew or check) and, on a cluster, per slot (one
+// run never mixes slots), runs of up to renewBatchSize holds, all sent at once, so that they reach each
+// node in one write. results[i] is 1 (renewed), 0 (gone) or -1 (no answer) for due[i].
 func (w *holdTable) runRenewals(ctx context.Context, due []renewal) ([]int64, error) {
 	results := make([]int64, len(due))
-	// A run renews (or checks) holds of one script, and on a cluster of one slot.
-	type call struct {
+	type group struct {
 		script *script
 		check  bool
-	}
-	type group struct {
-		call
-		slot uint16
+		slot   uint16
 	}
 	groups := make(map[group][]int)
-	var order []call
-	byCall := make(map[call][]group)
+	var order []group
 	for i, r := range due {
 		results[i] = -1
-		g := group{call: call{script: r.script, check: r.check}}
+		g := group{script: r.script, check: r.check}
 		if w.c.cluster {
 			g.slot = slot(r.keys[0])
 		}
 		if _, ok := groups[g]; !ok {
-			if len(byCall[g.call]) == 0 {
-				order = append(order, g.call)
-			}
-			byCall[g.call] = append(byCall[g.call], g)
+			order = append(order, g)
 		}
 		groups[g] = append(groups[g], i)
 	}
-	var firstErr error
-	for _, cl := range order {
-		s := cl.script
+	var calls []scriptCall
+	var parts [][]int // the positions in due of each call's holds
+	for _, g := range order {
 		ttl := fmtMillis(w.timeout)
-		if cl.check {
+		if g.check {
 			ttl = "0"
 		}
-		var execs []rueidis.LuaExec
-		var parts [][]int // the positions in due of each exec's holds
-		for _, g := range byCall[cl] {
-			idx := groups[g]
-			for b := 0; b < len(idx); b += renewBatchSize {
-				part := idx[b:min(b+renewBatchSize, len(idx))]
-				exec := rueidis.LuaExec{Args: []string{ttl}}
-				for _, i := range part {
-					exec.Keys = append(exec.Keys, due[i].keys...)
-					exec.Args = append(exec.Args, due[i].args...)
-				}
-				execs, parts = append(execs, exec), append(parts, part)
+		idx := groups[g]
+		for b := 0; b < len(idx); b += renewBatchSize {
+			part := idx[b:min(b+renewBatchSize, len(idx))]
+			call := scriptCall{script: g.script, args: []string{ttl}}
+			for _, i := range part {
+				call.keys = append(call.keys, due[i].keys...)
+				call.args = append(call.args, due[i].args...)
 			}
+			calls, parts = append(calls, call), append(parts, part)
 		}
-		resps := withinDeadline(ctx, func() []rueidis.RedisResult { return w.c.runMany(ctx, s, execs) },
-			func(err error) []rueidis.RedisResult { return fillErr(len(execs), err) })
-		for b, resp := range resps {
-			vals, err := resp.AsIntSlice()
-			if err == nil && len(vals) != len(parts[b]) {
-				err = errUnexpectedReply
+	}
+	replies, errs := w.c.scripts.runBatch(ctx, calls)
+	var firstErr error
+	for b, vals := range replies {
+		err := errs[b]
+		if err == nil && len(vals) != len(parts[b]) {
+			err = errUnexpectedReply
+		}
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
 			}
-			if err != nil {
-				if firstErr == nil {
-					firstErr = err
-				}
-				continue
-			}
-			for j, i := range parts[b] {
-				results[i] = vals[j]
-			}
+			continue
+		}
+		for j, i := range parts[b] {
+			results[i] = vals[j]
 		}
 	}
 	return results, firstErr
-}
-
-func fillErr(n int, err error) []rueidis.RedisResult {
-	r := make([]rueidis.RedisResult, n)
-	for i := range r {
-		r[i] = rueidis.NewErrorResult(err)
-	}
-	return r
 }
 
 // applyRenewals records the outcome of one batch of renewals.
