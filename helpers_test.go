@@ -18,6 +18,22 @@ import (
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/internal/testutil"
+)
+
+// The helpers shared with the fault suite (internal/testutil), under the names these tests use.
+var (
+	do         = testutil.Do
+	ctxTimeout = testutil.Ctx
+	eventually = testutil.Eventually
+	newClient  = func(t testing.TB, srv *redistest.Server, opts *relock.Options) *relock.Client {
+		return testutil.Client(t, []string{srv.Addr()}, opts)
+	}
+	clientAt = func(t testing.TB, addr string, opts *relock.Options) *relock.Client {
+		return testutil.Client(t, []string{addr}, opts)
+	}
+	rawClient  = func(t testing.TB, srv *redistest.Server) rueidis.Client { return testutil.Raw(t, srv.Addr()) }
+	startProxy = func(t testing.TB, srv *redistest.Server) *faultnet.Proxy { return testutil.Proxy(t, srv.Addr()) }
 )
 
 // redisAddr is the server the Example functions use, started by TestMain.
@@ -50,78 +66,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-// newClient returns a relock Client on srv, closed when t ends.
-func newClient(t testing.TB, srv *redistest.Server, opts *relock.Options) *relock.Client {
-	t.Helper()
-	c, err := relock.New([]string{srv.Addr()}, opts)
-	if err != nil {
-		t.Fatalf("relock.New: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// startProxy starts a fault proxy in front of srv, closed when t ends.
-func startProxy(t testing.TB, srv *redistest.Server) *faultnet.Proxy {
-	t.Helper()
-	p, err := faultnet.Start(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
-}
-
-// clientAt returns a relock Client on addr (a proxy's, say), closed when t ends.
-func clientAt(t testing.TB, addr string, opts *relock.Options) *relock.Client {
-	t.Helper()
-	c, err := relock.New([]string{addr}, opts)
-	if err != nil {
-		t.Fatalf("relock.New: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// rawClient returns a plain rueidis client on srv, for reading and writing keys behind relock's back.
-func rawClient(t testing.TB, srv *redistest.Server) rueidis.Client {
-	t.Helper()
-	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatalf("rueidis.NewClient: %v", err)
-	}
-	t.Cleanup(rdb.Close)
-	return rdb
-}
-
-// do runs a command given as words and returns its reply.
-func do(t testing.TB, rdb rueidis.Client, words ...string) rueidis.RedisResult {
-	t.Helper()
-	return rdb.Do(context.Background(), rdb.B().Arbitrary(words...).Build())
-}
-
-func ctxTimeout(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// eventually polls cond until it holds or d passes.
-// Extra funcs describe the state in the failure message.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool, state ...func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			for _, s := range state {
-				what += "; " + s()
-			}
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // numsub returns PUBSUB NUMSUB for channel.

@@ -317,6 +317,14 @@ func TestRedLockPartitions(t *testing.T) {
 					cancel()
 					continue
 				}
+				if ctx.Err() != nil {
+					// Lock got the majority just as the attempt's own deadline passed (a loaded machine): the
+					// section cannot run under it. Not a violation; release and go on.
+					_ = rl.Unlock(ctx)
+					errs.Add(1)
+					cancel()
+					continue
+				}
 				held, err := rl.HoldContext(ctx)
 				if err != nil {
 					t.Error(err)

@@ -11,7 +11,6 @@
 package tests
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -24,9 +23,9 @@ import (
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 
-	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/internal/testutil"
 )
 
 var soak = flag.Duration("soak", 0, "run each scenario's workload this much longer than in short mode")
@@ -84,36 +83,14 @@ func (s *summary) report(t *testing.T, mustBeSafe bool) {
 	}
 }
 
-func newClient(t testing.TB, addrs []string, opts *relock.Options) *relock.Client {
-	t.Helper()
-	c, err := relock.New(addrs, opts)
-	if err != nil {
-		t.Fatalf("relock.New: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func rawClient(t testing.TB, addr string) rueidis.Client {
-	t.Helper()
-	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	if err != nil {
-		t.Fatalf("rueidis.NewClient: %v", err)
-	}
-	t.Cleanup(rdb.Close)
-	return rdb
-}
-
-func do(t testing.TB, rdb rueidis.Client, words ...string) rueidis.RedisResult {
-	t.Helper()
-	return rdb.Do(context.Background(), rdb.B().Arbitrary(words...).Build())
-}
-
-func ctxTimeout(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// The helpers shared with the library's tests (internal/testutil), under the names these tests use.
+var (
+	newClient  = testutil.Client
+	do         = testutil.Do
+	ctxTimeout = testutil.Ctx
+	rawClient  = func(t testing.TB, addr string) rueidis.Client { return testutil.Raw(t, addr) }
+	startProxy = func(t testing.TB, srv *redistest.Server) *faultnet.Proxy { return testutil.Proxy(t, srv.Addr()) }
+)
 
 // helperEnv names the helper a re-executed test binary runs instead of the tests.
 const helperEnv = "RELOCK_CHAOS_HELPER"
@@ -181,17 +158,6 @@ func expectLine(t testing.TB, lines <-chan string, prefix string, within time.Du
 
 // server starts a redis-server for t.
 func server(t testing.TB) *redistest.Server { return redistest.Start(t) }
-
-// startProxy starts a faultnet proxy in front of srv, closed when t ends.
-func startProxy(t testing.TB, srv *redistest.Server) *faultnet.Proxy {
-	t.Helper()
-	p, err := faultnet.Start(srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
-}
 
 // rawClientNoTest is rawClient for helper processes, which have no test.
 func rawClientNoTest(addr string) rueidis.Client {

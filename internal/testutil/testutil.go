@@ -1,0 +1,78 @@
+// Package testutil holds the helpers the library's tests and the fault suite (tests/) share: Clients and
+// plain connections closed with the test, commands given as words, bounded contexts, polling, and fault
+// proxies. It is imported by tests only.
+package testutil
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/faultnet"
+)
+
+// Client returns a relock Client on addrs, closed when t ends.
+func Client(t testing.TB, addrs []string, opts *relock.Options) *relock.Client {
+	t.Helper()
+	c, err := relock.New(addrs, opts)
+	if err != nil {
+		t.Fatalf("relock.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Raw returns a plain rueidis client on addrs (a cluster client for a cluster's), for reading and writing
+// keys behind relock's back, closed when t ends.
+func Raw(t testing.TB, addrs ...string) rueidis.Client {
+	t.Helper()
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		t.Fatalf("rueidis.NewClient: %v", err)
+	}
+	t.Cleanup(rdb.Close)
+	return rdb
+}
+
+// Do runs a command given as words and returns its reply.
+func Do(t testing.TB, rdb rueidis.Client, words ...string) rueidis.RedisResult {
+	t.Helper()
+	return rdb.Do(context.Background(), rdb.B().Arbitrary(words...).Build())
+}
+
+// Ctx returns a context that ends after d, or when t ends.
+func Ctx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Eventually polls cond until it holds, and fails t if d passes first. Extra funcs describe the state in
+// the failure message.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool, state ...func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			for _, s := range state {
+				what += "; " + s()
+			}
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Proxy starts a fault proxy in front of addr, closed when t ends.
+func Proxy(t testing.TB, addr string) *faultnet.Proxy {
+	t.Helper()
+	p, err := faultnet.Start(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
