@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/relock-go/relock/internal/redistest"
 )
 
 // demoMsg is a line a worker process writes on its stdout.
@@ -45,7 +46,7 @@ type demoChild struct {
 	msgs   chan demoMsg  // every message but progress; closed at EOF
 	quit   chan struct{} // closed by close: the reader stops delivering
 	read   sync.WaitGroup
-	stderr demoBuffer
+	stderr redistest.OutputBuffer
 	done   atomic.Int64 // increments so far in the current phase
 }
 
@@ -228,24 +229,6 @@ func (r *procRunner) close() {
 	}
 	wg.Wait()
 	r.children = nil
-}
-
-// demoBuffer is a bytes.Buffer safe for concurrent use.
-type demoBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *demoBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *demoBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // runDemoChild is a worker process (relock demo --child): see procRunner.

@@ -42,7 +42,7 @@ type Server struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has been reaped
-	log    *lockedBuffer
+	log    *OutputBuffer
 	paused bool
 }
 
@@ -125,7 +125,7 @@ func (s *Server) start() error {
 	}
 	argv = append(argv, s.args...)
 	cmd := exec.Command("redis-server", argv...)
-	log := &lockedBuffer{}
+	log := &OutputBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	// Own process group: a signal to the test's group (Ctrl-C) must not race our own cleanup.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -275,18 +275,21 @@ func (s *Server) Log() string {
 	return s.log.String()
 }
 
-type lockedBuffer struct {
+// OutputBuffer collects a child process's output: exec copies into it on a goroutine of its own while
+// others read it, so it is a bytes.Buffer safe for concurrent use.
+type OutputBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *OutputBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+// String returns what was written so far.
+func (b *OutputBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
