@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/relock-go/relock"
 )
 
@@ -224,6 +225,30 @@ func lockError(c *common, name string, err error) error {
 	return redisError(c.redis, err)
 }
 
+// openedLock is a connection (see open) and the state of the lock a command is about, read once connected.
+type openedLock struct {
+	ctx   context.Context // bounded by --timeout
+	lc    *relock.Client
+	rdb   rueidis.Client
+	state relock.LockState
+	done  func() // cancels ctx and closes the connection
+}
+
+// openLock connects (see open) and reads the state of lock name; errors are lockError's. The caller must
+// call done.
+func (c *common) openLock(ctx context.Context, name string) (*openedLock, error) {
+	ctx, lc, rdb, done, err := c.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st, err := lc.Inspect(ctx, name)
+	if err != nil {
+		done()
+		return nil, lockError(c, name, err)
+	}
+	return &openedLock{ctx: ctx, lc: lc, rdb: rdb, state: st, done: done}, nil
+}
+
 // notALock is relock.ErrNotALock's text, after which its errors say why.
 var notALock = strings.TrimPrefix(relock.ErrNotALock.Error(), "relock: ")
 
@@ -235,18 +260,15 @@ func runInspect(ctx context.Context, e env) error {
 	if err != nil {
 		return err
 	}
-	ctx, lc, rdb, done, err := c.open(ctx)
+	o, err := c.openLock(ctx, name)
 	if err != nil {
 		return err
 	}
-	defer done()
-	st, err := lc.Inspect(ctx, name)
-	if err != nil {
-		return lockError(&c, name, err)
-	}
+	defer o.done()
+	st := o.state
 	var conns map[string][]string
 	if len(st.Holders) > 0 {
-		conns, _ = clientConns(ctx, rdb)
+		conns, _ = clientConns(o.ctx, o.rdb)
 	}
 	if c.json {
 		j := toJSON(st)

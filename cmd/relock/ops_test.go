@@ -378,16 +378,7 @@ func TestWatch(t *testing.T) {
 	c := newLockClient(t, []string{srv.Addr()})
 	ctx := testCtx(t)
 	name := "watched"
-	type result struct {
-		out, errOut string
-		code        int
-		err         error
-	}
-	done := make(chan result, 1)
-	go func() {
-		out, errOut, code, err := execBin("", "watch", name, "--redis", srv.Addr(), "--json", "--interval", "20ms", "--for", "3s")
-		done <- result{out, errOut, code, err}
-	}()
+	done := startBin("watch", name, "--redis", srv.Addr(), "--json", "--interval", "20ms", "--for", "3s")
 	// Let watch read the initial state, then lock, re-enter, and unlock, pausing long enough for each step
 	// to be seen.
 	time.Sleep(time.Second)
@@ -404,10 +395,10 @@ func TestWatch(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	if r.code != 0 {
-		t.Fatalf("watch: exit %d: %s", r.code, r.errOut)
+		t.Fatalf("watch: exit %d: %s", r.code, r.stderr)
 	}
 	var events []string
-	for _, line := range strings.Split(strings.TrimSpace(r.out), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
 		var ev watchEventJSON
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
 			t.Fatalf("watch --json line %q: %v", line, err)
@@ -432,16 +423,7 @@ func TestWatch(t *testing.T) {
 func TestWatchRidesOutRestart(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	type result struct {
-		out, errOut string
-		code        int
-		err         error
-	}
-	done := make(chan result, 1)
-	go func() {
-		out, errOut, code, err := execBin("", "watch", "w", "--redis", srv.Addr(), "--interval", "50ms", "--timeout", "500ms", "--for", "4s")
-		done <- result{out, errOut, code, err}
-	}()
+	done := startBin("watch", "w", "--redis", srv.Addr(), "--interval", "50ms", "--timeout", "500ms", "--for", "4s")
 	time.Sleep(time.Second)
 	if err := srv.Kill(); err != nil {
 		t.Fatal(err)
@@ -459,11 +441,11 @@ func TestWatchRidesOutRestart(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	if r.code != 0 {
-		t.Fatalf("watch: exit %d\n%s%s", r.code, r.out, r.errOut)
+		t.Fatalf("watch: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	lost := strings.Index(r.out, "Redis at "+srv.Addr())
-	back := strings.Index(r.out, "lock acquired by owner after-restart")
+	lost := strings.Index(r.stdout, "Redis at "+srv.Addr())
+	back := strings.Index(r.stdout, "lock acquired by owner after-restart")
 	if lost < 0 || back < lost {
-		t.Fatalf("watch output: want the outage, then the acquisition after it:\n%s", r.out)
+		t.Fatalf("watch output: want the outage, then the acquisition after it:\n%s", r.stdout)
 	}
 }

@@ -77,3 +77,21 @@ func execBin(stdin string, args ...string) (stdout, stderr string, code int, err
 	}
 	return out.String(), errOut.String(), code, nil
 }
+
+// binResult is how one run of relockBin ended (see execBin).
+type binResult struct {
+	stdout, stderr string
+	code           int
+	err            error
+}
+
+// startBin runs relockBin with args, without stdin, in the background; its result arrives on the channel.
+func startBin(args ...string) <-chan binResult {
+	done := make(chan binResult, 1)
+	go func() {
+		var r binResult
+		r.stdout, r.stderr, r.code, r.err = execBin("", args...)
+		done <- r
+	}()
+	return done
+}

@@ -31,16 +31,12 @@ func runUnlock(ctx context.Context, e env) error {
 	if !*force {
 		return fmt.Errorf("%w: unlock releases a lock held by someone else: say --force to mean it", errUsage)
 	}
-	ctx, lc, rdb, done, err := c.open(ctx)
+	o, err := c.openLock(ctx, name)
 	if err != nil {
 		return err
 	}
-	defer done()
-
-	st, err := lc.Inspect(ctx, name)
-	if err != nil {
-		return lockError(&c, name, err)
-	}
+	defer o.done()
+	ctx, lc, st := o.ctx, o.lc, o.state
 	if !st.Locked {
 		if c.json {
 			return printJSON(e.stdout, unlockJSON{Name: name, Before: toJSON(st)})
@@ -52,7 +48,7 @@ func runUnlock(ctx context.Context, e env) error {
 		if c.json {
 			return fmt.Errorf("%w: --json needs --yes (there is nobody to answer the question)", errUsage)
 		}
-		conns, _ := clientConns(ctx, rdb)
+		conns, _ := clientConns(ctx, o.rdb)
 		printState(e.stdout, st, conns)
 		fmt.Fprintf(e.stdout, "Release %q now? Its holders lose it: their Unlock will fail with ErrNotHeld and their "+
 			"HoldContext ends (ErrLockLost). [y/N] ", name)

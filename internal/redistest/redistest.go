@@ -19,9 +19,17 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 )
+
+// TB is what the harness needs of a test: *testing.T, *testing.B and *testing.F have it. The package does
+// not import testing, so that a command (relock demo) can start servers without linking the test framework.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(f func())
+}
 
 // InstallHint is part of the error returned when redis-server is not on PATH.
 const InstallHint = "redis-server not found on PATH: install Redis 7 (Debian/Ubuntu: apt-get install -y redis-server; " +
@@ -42,7 +50,7 @@ type Server struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has been reaped
-	log    *lockedBuffer
+	log    *OutputBuffer
 	paused bool
 }
 
@@ -51,7 +59,7 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 
 // Start starts a redis-server for tb and stops it when tb ends. Extra args are appended to the command line
 // (for example "--maxmemory", "10mb"). It fails tb with InstallHint when redis-server is not installed.
-func Start(tb testing.TB, args ...string) *Server {
+func Start(tb TB, args ...string) *Server {
 	tb.Helper()
 	s, err := StartServer(args...)
 	if err != nil {
@@ -66,7 +74,7 @@ func Start(tb testing.TB, args ...string) *Server {
 }
 
 // StartN starts n independent servers for tb (for example the masters of a RedLock).
-func StartN(tb testing.TB, n int, args ...string) []*Server {
+func StartN(tb TB, n int, args ...string) []*Server {
 	tb.Helper()
 	servers := make([]*Server, n)
 	for i := range servers {
@@ -125,7 +133,7 @@ func (s *Server) start() error {
 	}
 	argv = append(argv, s.args...)
 	cmd := exec.Command("redis-server", argv...)
-	log := &lockedBuffer{}
+	log := &OutputBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	// Own process group: a signal to the test's group (Ctrl-C) must not race our own cleanup.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -275,18 +283,21 @@ func (s *Server) Log() string {
 	return s.log.String()
 }
 
-type lockedBuffer struct {
+// OutputBuffer collects a child process's output: exec copies into it on a goroutine of its own while
+// others read it, so it is a bytes.Buffer safe for concurrent use.
+type OutputBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *OutputBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+// String returns what was written so far.
+func (b *OutputBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
@@ -301,7 +312,7 @@ type Cluster struct {
 // StartCluster starts a cluster of masters masters with replicas replicas each, for tb, and stops it when
 // tb ends. Nodes use a 1 s cluster-node-timeout, so a killed master's replica takes over in a few seconds.
 // It waits until every node reports cluster_state:ok and every replica is in sync.
-func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
+func StartCluster(tb TB, masters, replicas int) *Cluster {
 	tb.Helper()
 	c, err := StartClusterServers(masters, replicas)
 	if err != nil {
