@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/luasrc"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -37,14 +38,17 @@ var (
 	redissonAcquireFailed = redissonScript("fair_acquire_failed")
 )
 
-// redissonScript loads testdata/redisson/<name>.lua.
-func redissonScript(name string) *rueidis.Lua {
-	src, err := os.ReadFile(filepath.Join("testdata", "redisson", name+".lua"))
+// redissonSource returns testdata/redisson/<name>.lua, with its includes (testdata/redisson/lib).
+func redissonSource(name string) string {
+	src, err := luasrc.Load(os.DirFS(filepath.Join("testdata", "redisson")), name)
 	if err != nil {
 		panic(err)
 	}
-	return rueidis.NewLuaScript(string(src))
+	return src
 }
+
+// redissonScript is the script testdata/redisson/<name>.lua.
+func redissonScript(name string) *rueidis.Lua { return rueidis.NewLuaScript(redissonSource(name)) }
 
 const (
 	fairLockKey   = "fair"
@@ -433,11 +437,7 @@ func TestFairLockWaiterDroppedFromQueueComesBack(t *testing.T) {
 // redissonUnlockSHA loads the Redisson unlock script into rdb's server and returns its SHA1.
 func redissonUnlockSHA(t testing.TB, rdb rueidis.Client) string {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join("testdata", "redisson", "fair_unlock.lua"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sha, err := do(t, rdb, "SCRIPT", "LOAD", string(src)).ToString()
+	sha, err := do(t, rdb, "SCRIPT", "LOAD", redissonSource("fair_unlock")).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}

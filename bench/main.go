@@ -143,14 +143,22 @@ func allocsPerOp(n int, fn func() error) float64 {
 	return float64(b.Mallocs-a.Mallocs) / float64(n)
 }
 
+// contenders returns every peer's lock, a plain client, and relock's raw scripts on it, all on srv, and the
+// function that closes them.
+func contenders(srv *redistest.Server) ([]locker, rueidis.Client, *rawScripts, func()) {
+	ls := peers(srv.Addr())
+	rdb, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	return ls, rdb, newRawScripts(rdb), func() {
+		closeAll(ls)
+		rdb.Close()
+	}
+}
+
 // uncontended: one goroutine, Lock+Unlock, interleaved with two PINGs and the raw scripts.
 func uncontended(r *report, srv *redistest.Server) {
 	ctx := context.Background()
-	ls := peers(srv.Addr())
-	defer closeAll(ls)
-	rdb, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-	defer rdb.Close()
-	raw := newRawScripts(rdb)
+	ls, rdb, raw, done := contenders(srv)
+	defer done()
 	floors := map[string]func() error{
 		"two PINGs": func() error {
 			if err := rdb.Do(ctx, rdb.B().Ping().Build()).Error(); err != nil {
@@ -221,11 +229,8 @@ func uncontended(r *report, srv *redistest.Server) {
 // parallel: 64 goroutines on distinct keys, lock/unlock pairs per second.
 func parallel(r *report, srv *redistest.Server) {
 	ctx := context.Background()
-	ls := peers(srv.Addr())
-	defer closeAll(ls)
-	rdb, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-	defer rdb.Close()
-	raw := newRawScripts(rdb)
+	ls, _, raw, done := contenders(srv)
+	defer done()
 	run := func(op func(g int) error) float64 {
 		var n atomic.Int64
 		end := time.Now().Add(dur(8 * time.Second))

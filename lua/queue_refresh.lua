@@ -12,11 +12,11 @@
 local alive = now_ms() + tonumber(ARGV[1])
 local refreshed = {}
 for i = 1, #KEYS do
-  if redis.call('zscore', KEYS[i], ARGV[i + 1]) then
-    redis.call('zadd', KEYS[i], alive, ARGV[i + 1])
+  local owner = ARGV[i + 1]
+  refreshed[i] = 0
+  if redis.call('zscore', KEYS[i], owner) then
+    redis.call('zadd', KEYS[i], alive, owner)
     refreshed[i] = 1
-  else
-    refreshed[i] = 0
   end
 end
 return refreshed

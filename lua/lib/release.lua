@@ -1,16 +1,28 @@
--- release_level takes one hold level of the owner field off the lock and returns the count left, unless
--- the release must not happen: then it returns nil and the reply, -1 when the owner does not hold the lock
--- (or not with the expected count), or the current count for a repeated request that recorded() says was
--- applied already.
-local function release_level(lock, field, expected, request, recorded)
+-- release_one takes one hold level of the owner field off the lock, unless the owner does not hold it (or
+-- not with the expected count: -1) or the request is a repeat that record.applied() says was applied
+-- already (the current count). A release that leaves the owner holding is remembered in the record
+-- (record.remember, given the lock's PTTL) when it has a request id; the last one calls record.forget().
+-- released, when not nil, is called with the level just released, before anything else is written.
+local function release_one(lock, field, expected, request, record, released)
   local count = redis.call('hget', lock, field)
   if not count or expected ~= '' and count ~= expected then
-    return nil, -1
+    return -1
   end
-  if string.sub(request, 1, 1) == '?' and recorded() then
-    return nil, tonumber(count)
+  if string.sub(request, 1, 1) == '?' and record.applied() then
+    return tonumber(count)
   end
-  return redis.call('hincrby', lock, field, -1)
+  count = redis.call('hincrby', lock, field, -1)
+  if released then
+    released(count + 1)
+  end
+  if count > 0 then
+    if request ~= '' then
+      record.remember(redis.call('pttl', lock))
+    end
+    return count
+  end
+  record.forget()
+  return 0
 end
 
 -- release_hold releases one hold of an owner on a reentrant lock, a hash of owner field -> hold count,
@@ -29,25 +41,21 @@ end
 -- that was the last hold: the lock and its record are then deleted, and the caller announces the release.
 local function release_hold(lock, record, field, expected, request)
   local id = field .. ' ' .. string.sub(request, 2)
-  local count, reply = release_level(lock, field, expected, request, function()
-    return redis.call('get', record) == id
-  end)
-  if not count then
-    return reply
-  end
-  if count > 0 then
-    if request ~= '' then
-      local ttl = redis.call('pttl', lock)
+  return release_one(lock, field, expected, request, {
+    applied = function()
+      return redis.call('get', record) == id
+    end,
+    remember = function(ttl)
       if ttl > 0 then
         redis.call('set', record, id, 'PX', ttl)
       else
         redis.call('set', record, id)
       end
-    end
-    return count
-  end
-  redis.call('del', lock, record)
-  return 0
+    end,
+    forget = function()
+      redis.call('del', lock, record)
+    end,
+  })
 end
 
 -- release_shared_hold is release_hold for a lock with many holders (a read-write lock): its release record
@@ -57,26 +65,19 @@ end
 -- before the decrement), before anything else is written.
 local function release_shared_hold(lock, record, field, expected, request, released)
   local id = string.sub(request, 2)
-  local count, reply = release_level(lock, field, expected, request, function()
-    return redis.call('hget', record, field) == id
-  end)
-  if not count then
-    return reply
-  end
-  if released then
-    released(count + 1)
-  end
-  if count > 0 then
-    if request ~= '' then
+  return release_one(lock, field, expected, request, {
+    applied = function()
+      return redis.call('hget', record, field) == id
+    end,
+    remember = function(ttl)
       redis.call('hset', record, field, id)
-      local ttl = redis.call('pttl', lock)
       if ttl > 0 then
         redis.call('pexpire', record, ttl)
       end
-    end
-    return count
-  end
-  redis.call('hdel', lock, field)
-  redis.call('hdel', record, field)
-  return 0
+    end,
+    forget = function()
+      redis.call('hdel', lock, field)
+      redis.call('hdel', record, field)
+    end,
+  }, released)
 end

@@ -12,20 +12,12 @@
 -- Returns nil when the owner now holds the lock; otherwise how long (ms) it may sleep before trying again
 -- unless its channel wakes it. Like Redisson's, it fails on a queued owner without a score.
 
+-- @include lib/prune.lua
+
 local owner, wait, now = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
 -- Drop the heads whose score has passed.
-while true do
-  local head = redis.call('lindex', KEYS[2], 0)
-  if not head then
-    break
-  end
-  if tonumber(redis.call('zscore', KEYS[3], head)) > now then
-    break
-  end
-  redis.call('zrem', KEYS[3], head)
-  redis.call('lpop', KEYS[2])
-end
+prune_stale_heads(KEYS[2], KEYS[3], now)
 
 if redis.call('exists', KEYS[1]) == 0 then
   local head = redis.call('lindex', KEYS[2], 0)

@@ -12,18 +12,10 @@
 -- Returns 1 when the lock is released (or was gone already), 0 when the owner still holds it, nil when
 -- another owner holds it.
 
+-- @include lib/prune.lua
+
 local now = tonumber(ARGV[3])
-while true do
-  local head = redis.call('lindex', KEYS[2], 0)
-  if not head then
-    break
-  end
-  if tonumber(redis.call('zscore', KEYS[3], head)) > now then
-    break
-  end
-  redis.call('zrem', KEYS[3], head)
-  redis.call('lpop', KEYS[2])
-end
+prune_stale_heads(KEYS[2], KEYS[3], now)
 
 local function wake_head()
   local head = redis.call('lindex', KEYS[2], 0)
