@@ -2,8 +2,6 @@ package relock
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -12,15 +10,6 @@ import (
 
 // transientGrace is how long a waiter keeps trying through transient errors before it returns one.
 const transientGrace = 10 * time.Second
-
-// transient reports whether err may well go away by itself soon: the connection broke or could not be
-// made, or a cluster is failing over or a server loading its data.
-func transient(err error) bool {
-	if rerr, ok := rueidis.IsRedisErr(err); ok {
-		return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(rerr.Error(), "MASTERDOWN")
-	}
-	return outcomeUnknown(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
-}
 
 const (
 	// subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE exchange on the subscription connection; a server
