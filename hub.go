@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 const (
@@ -32,7 +30,7 @@ const (
 // started at the first wait, owns it and sends every SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in the
 // order they were decided. On a cluster, each channel has a receiver of its own (loopCluster).
 type hub struct {
-	rdb     rueidis.Client
+	sub     subscriber      // Redis, as the hub sees it (hub_redis.go)
 	life    context.Context // ends at Client.Close
 	cluster bool            // Redis Cluster: one receiver per channel (loopCluster)
 	// sharded reports whether releases on a cluster are announced with sharded pub/sub (Client.shardedPubSub).
@@ -76,9 +74,9 @@ type waiter struct {
 	wake chan struct{}
 }
 
-func newHub(rdb rueidis.Client, life context.Context, cluster bool, sharded func(context.Context, string) (bool, error)) *hub {
+func newHub(sub subscriber, life context.Context, cluster bool, sharded func(context.Context, string) (bool, error)) *hub {
 	return &hub{
-		rdb:     rdb,
+		sub:     sub,
 		life:    life,
 		cluster: cluster,
 		sharded: sharded,
@@ -188,11 +186,11 @@ func wakeAllLocked(e *entry) {
 }
 
 // onMessage runs on rueidis's reader goroutine for every message on the subscription connection.
-func (h *hub) onMessage(m rueidis.PubSubMessage) {
+func (h *hub) onMessage(channel, message string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if e := h.entries[m.Channel]; e != nil {
-		if m.Message == readUnlockMessage {
+	if e := h.entries[channel]; e != nil {
+		if message == readUnlockMessage {
 			wakeAllLocked(e)
 		} else {
 			wakeOneLocked(e)
@@ -224,7 +222,7 @@ func (h *hub) loop() {
 		return
 	}
 	var (
-		conn    rueidis.DedicatedClient
+		conn    subConn
 		connErr <-chan error
 		retry   *time.Timer
 		retryC  <-chan time.Time
@@ -232,7 +230,7 @@ func (h *hub) loop() {
 	)
 	defer func() {
 		if conn != nil {
-			conn.Close()
+			conn.close()
 		}
 		if retry != nil {
 			retry.Stop()
@@ -246,19 +244,19 @@ func (h *hub) loop() {
 		case <-retryC:
 			retryC = nil
 		case <-connErr: // closed, with at most one error: the connection is gone
-			conn.Close()
+			conn.close()
 			conn, connErr = nil, nil
 			h.connectionLost()
 		}
 		// While backing off after a failure, changes wait for the retry timer.
 		if conn == nil && retryC == nil && h.needsConnection() {
-			conn, connErr = h.connect()
+			conn, connErr = h.sub.dedicate(h.onMessage)
 		}
 		if conn == nil {
 			continue
 		}
 		if err := h.reconcile(conn); err != nil {
-			conn.Close()
+			conn.close()
 			conn, connErr = nil, nil
 			h.connectionLost()
 			if retry == nil {
@@ -280,11 +278,6 @@ func (h *hub) needsConnection() bool {
 	return len(h.dirty) > 0
 }
 
-func (h *hub) connect() (rueidis.DedicatedClient, <-chan error) {
-	conn, _ := h.rdb.Dedicate() // conn.Close releases it
-	return conn, conn.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: h.onMessage})
-}
-
 // connectionLost marks every subscription as gone. Waiters are woken to retry at once (a release may
 // have been published while nobody listened), and again when their channel is subscribed anew.
 func (h *hub) connectionLost() {
@@ -302,7 +295,7 @@ func (h *hub) connectionLost() {
 
 // reconcile sends the UNSUBSCRIBE and SUBSCRIBE commands the dirty channels need, in that order, and
 // records their outcome. A non-nil error means the connection is unusable.
-func (h *hub) reconcile(conn rueidis.DedicatedClient) error {
+func (h *hub) reconcile(conn subConn) error {
 	var subs, unsubs []string
 	h.mu.Lock()
 	for ch, e := range h.dirty {
@@ -336,11 +329,11 @@ func (h *hub) reconcile(conn rueidis.DedicatedClient) error {
 	defer cancel()
 	var err error
 	if len(unsubs) > 0 {
-		err = conn.Do(ctx, conn.B().Unsubscribe().Channel(unsubs...).Build()).Error()
+		err = conn.unsubscribe(ctx, unsubs)
 	}
 	if err == nil && len(subs) > 0 {
 		// Redis runs SUBSCRIBE as one command: when its first confirmation arrives, every channel is subscribed.
-		err = conn.Do(ctx, conn.B().Subscribe().Channel(subs...).Build()).Error()
+		err = conn.subscribe(ctx, subs)
 	}
 
 	h.mu.Lock()

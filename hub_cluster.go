@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // loopCluster is the loop of a hub on Redis Cluster. Each channel has a receiver goroutine that holds its
@@ -109,31 +107,12 @@ func (h *hub) receiveOnce(ctx context.Context, e *entry, gen int, backoff *time.
 	if err != nil {
 		return err
 	}
-	sub, kind := h.rdb.B().Subscribe().Channel(e.channel).Build(), "subscribe"
-	if sharded {
-		sub, kind = h.rdb.B().Ssubscribe().Channel(e.channel).Build(), "ssubscribe"
-	}
-	sctx := rueidis.WithOnSubscriptionHook(ctx, func(s rueidis.PubSubSubscription) {
-		if s.Kind == kind { // runs on rueidis's reader: no blocking here
-			h.mu.Lock()
-			if e.gen == gen {
-				h.confirmLocked(e)
-				*backoff = reconnectBackoffMin
-			}
-			h.mu.Unlock()
+	return h.sub.receive(ctx, e.channel, sharded, func() {
+		h.mu.Lock() // on rueidis's reader: no blocking here
+		if e.gen == gen {
+			h.confirmLocked(e)
+			*backoff = reconnectBackoffMin
 		}
-	})
-	sctx = rueidis.WithOnReceiveReturnHook(sctx, func(err error, c rueidis.CommandClient) error {
-		if ctx.Err() != nil { // leaving: cancelling Receive does not unsubscribe by itself
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), subscribeTimeout)
-			unsub := c.B().Unsubscribe().Channel(e.channel).Build()
-			if sharded {
-				unsub = c.B().Sunsubscribe().Channel(e.channel).Build()
-			}
-			_ = c.Do(uctx, unsub).Error()
-			cancel()
-		}
-		return err
-	})
-	return h.rdb.Receive(sctx, sub, h.onMessage)
+		h.mu.Unlock()
+	}, h.onMessage)
 }
