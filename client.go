@@ -279,7 +279,7 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 		end()
 		return nil, &opError{op: "new", err: err}
 	}
-	c.hub = newHub(rdb, life, c.cluster, c.shardedPubSub)
+	c.hub = newHub(redisSubscriber{rdb}, life, c.cluster, c.shardedPubSub)
 	return c, nil
 }
 

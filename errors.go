@@ -127,3 +127,22 @@ func outcomeUnknown(err error) bool {
 	// rueidis rejects the commands of a closed client before sending them.
 	return !errors.Is(err, rueidis.ErrClosing)
 }
+
+// transient reports whether err may well go away by itself soon: the connection broke or could not be
+// made, or a cluster is failing over or a server loading its data.
+func transient(err error) bool {
+	if rerr, ok := rueidis.IsRedisErr(err); ok {
+		return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(rerr.Error(), "MASTERDOWN")
+	}
+	return outcomeUnknown(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// permanent reports whether err is one that trying again cannot mend.
+func permanent(err error) bool {
+	for _, e := range []error{ErrUpgrade, ErrInvalidOwner, ErrInvalidName, ErrInvalidDuration, ErrClosed, ErrNilClient} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

@@ -2,10 +2,10 @@ package relock
 
 import (
 	"context"
-	"runtime"
 	"strconv"
 	"strings"
-	"unsafe"
+
+	"github.com/relock-go/relock/internal/goid"
 )
 
 type ownerKey struct{}
@@ -64,7 +64,7 @@ func ownerToken(ctx context.Context) (string, error) {
 		return token, nil
 	}
 	var buf [20]byte
-	return string(strconv.AppendUint(buf[:0], goroutineID(), 10)), nil
+	return string(strconv.AppendUint(buf[:0], goid.ID(), 10)), nil
 }
 
 // withResolvedOwner returns ctx carrying the owner token of the call that made it, for the goroutines
@@ -87,79 +87,4 @@ func validToken(token string) bool {
 		}
 	}
 	return false // empty, or digits only
-}
-
-// goroutineID returns the calling goroutine's ID. Go has no API for it. The runtime keeps it in the
-// goroutine's runtime.g; the offset of that field changes between Go releases, so goidOffset finds it at
-// startup and checks it against the slow, documented source: the first line of the goroutine's own stack
-// trace, "goroutine 123 [running]:". Where it cannot be found and checked, every call takes the slow path.
-// IDs are never reused within a process.
-func goroutineID() uint64 {
-	if goidOffset != 0 {
-		return *(*uint64)(unsafe.Add(getg(), goidOffset))
-	}
-	return stackGoroutineID()
-}
-
-// goidOffset is the offset of the goroutine ID in runtime.g, or 0 if unknown.
-var goidOffset = findGoidOffset()
-
-// findGoidOffset looks for the one 8-byte-aligned word, within the first 256 bytes of runtime.g, that holds
-// the goroutine's ID in this goroutine and in several new ones, whose IDs all differ.
-func findGoidOffset() uintptr {
-	if getg() == nil {
-		return 0
-	}
-	candidates := offsetsHolding(stackGoroutineID())
-	for i := 0; i < 3 && len(candidates) > 0; i++ {
-		found := make(chan []uintptr)
-		go func() { found <- offsetsHolding(stackGoroutineID()) }()
-		candidates = intersect(candidates, <-found)
-	}
-	if len(candidates) != 1 {
-		return 0
-	}
-	return candidates[0]
-}
-
-// offsetsHolding returns the offsets in the calling goroutine's runtime.g whose word equals id.
-func offsetsHolding(id uint64) []uintptr {
-	var offs []uintptr
-	g := getg()
-	for off := uintptr(8); off < 256; off += 8 {
-		if *(*uint64)(unsafe.Add(g, off)) == id {
-			offs = append(offs, off)
-		}
-	}
-	return offs
-}
-
-func intersect(a, b []uintptr) []uintptr {
-	var out []uintptr
-	for _, x := range a {
-		for _, y := range b {
-			if x == y {
-				out = append(out, x)
-			}
-		}
-	}
-	return out
-}
-
-// stackGoroutineID parses the ID from the goroutine's stack trace header.
-func stackGoroutineID() uint64 {
-	var buf [64]byte
-	b := buf[:runtime.Stack(buf[:], false)]
-	const prefix = "goroutine "
-	if len(b) <= len(prefix) {
-		return 0
-	}
-	var id uint64
-	for _, ch := range b[len(prefix):] {
-		if ch < '0' || ch > '9' {
-			break
-		}
-		id = id*10 + uint64(ch-'0')
-	}
-	return id
 }

@@ -207,16 +207,6 @@ func (r *RedLock) round(ctx context.Context, lease time.Duration) (ok bool, node
 	return false, nil, nil
 }
 
-// permanent reports whether err is one that trying again cannot mend.
-func permanent(err error) bool {
-	for _, e := range []error{ErrUpgrade, ErrInvalidOwner, ErrInvalidName, ErrInvalidDuration, ErrClosed, ErrNilClient} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
-
 // Unlock releases the owner's hold on every node, in parallel, each within the node timeout. It returns
 // ErrNotHeld when no node had it, nil when a majority released it or every other node did not have it,
 // and otherwise the errors of the nodes that failed (errors.Join); a node that did not answer completes

@@ -1,4 +1,4 @@
-package relock
+package goid
 
 import (
 	"runtime"
@@ -10,18 +10,18 @@ import (
 // where getg is implemented, the fast path must be the one in use.
 func TestGoroutineIDMatchesStackTrace(t *testing.T) {
 	switch {
-	case goidOffset == 0 && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64"):
-		t.Errorf("no runtime.g offset found on %s: goroutineID falls back to runtime.Stack", runtime.GOARCH)
-	case goidOffset == 0:
-		t.Logf("no runtime.g offset on %s: goroutineID uses runtime.Stack", runtime.GOARCH)
+	case offset == 0 && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64"):
+		t.Errorf("no runtime.g offset found on %s: ID falls back to runtime.Stack", runtime.GOARCH)
+	case offset == 0:
+		t.Logf("no runtime.g offset on %s: ID uses runtime.Stack", runtime.GOARCH)
 	}
 	var wg sync.WaitGroup
 	for i := 0; i < 200; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if got, want := goroutineID(), stackGoroutineID(); got != want || want == 0 {
-				t.Errorf("goroutineID() = %d, stack trace says %d", got, want)
+			if got, want := ID(), stackID(); got != want || want == 0 {
+				t.Errorf("ID() = %d, stack trace says %d", got, want)
 			}
 		}()
 	}
@@ -30,12 +30,12 @@ func TestGoroutineIDMatchesStackTrace(t *testing.T) {
 
 func BenchmarkGoroutineID(b *testing.B) {
 	for b.Loop() {
-		goroutineID()
+		ID()
 	}
 }
 
 func BenchmarkStackGoroutineID(b *testing.B) {
 	for b.Loop() {
-		stackGoroutineID()
+		stackID()
 	}
 }

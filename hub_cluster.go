@@ -1,0 +1,118 @@
+package relock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// loopCluster is the loop of a hub on Redis Cluster. Each channel has a receiver goroutine that holds its
+// subscription on rueidis's connection to a node, and subscribes again when it is lost. With sharded
+// pub/sub, releases are announced with SPUBLISH on the shard that owns the channel's slot: the receiver
+// holds an SSUBSCRIBE there (rueidis routes it by slot) and subscribes again, wherever the slot now is,
+// when the shard drops it (slot migration, failover, a broken connection). With plain pub/sub, PUBLISH is
+// broadcast to every node: the receiver holds a SUBSCRIBE on any node, and subscribes again, on any node
+// rueidis still knows, when that node fails or its connection breaks.
+func (h *hub) loopCluster() {
+	var receivers sync.WaitGroup
+	defer receivers.Wait()
+	for {
+		select {
+		case <-h.life.Done():
+			return
+		case <-h.kick:
+		}
+		h.mu.Lock()
+		for ch, e := range h.dirty {
+			delete(h.dirty, ch)
+			switch {
+			case len(e.waiters) > 0 && e.stop == nil:
+				if !e.subscribed && e.pending == nil {
+					e.pending = &subAttempt{done: make(chan struct{})}
+				}
+				ctx, stop := context.WithCancel(h.life)
+				e.gen++
+				e.stop, e.receiving = stop, true
+				receivers.Add(1)
+				go func(gen int) {
+					defer receivers.Done()
+					h.receive(ctx, e, gen)
+				}(e.gen)
+			case len(e.waiters) == 0 && e.stop != nil:
+				e.stop() // the receiver unsubscribes, then removes the entry
+				e.stop = nil
+			case len(e.waiters) == 0 && !e.receiving:
+				if e.pending != nil {
+					close(e.pending.done)
+					e.pending = nil
+				}
+				if h.entries[ch] == e {
+					delete(h.entries, ch)
+				}
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+// receive holds e's subscription until ctx ends, subscribing again after each loss.
+func (h *hub) receive(ctx context.Context, e *entry, gen int) {
+	backoff := reconnectBackoffMin
+	for {
+		err := h.receiveOnce(ctx, e, gen, &backoff)
+		h.mu.Lock()
+		if e.gen == gen {
+			if e.subscribed {
+				e.subscribed, e.resync = false, true
+			}
+			if err != nil && ctx.Err() == nil {
+				h.failLocked(e, err)
+			} else {
+				wakeAllLocked(e)
+			}
+		}
+		h.mu.Unlock()
+		if ctx.Err() == nil {
+			timer := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+			case <-timer.C:
+			}
+			backoff = min(2*backoff, reconnectBackoffMax)
+		}
+		h.mu.Lock()
+		if ctx.Err() != nil {
+			if e.gen == gen {
+				e.receiving = false
+				h.markDirtyLocked(e) // removed if unused, or given a new receiver
+			}
+			h.mu.Unlock()
+			return
+		}
+		if e.gen == gen && !e.subscribed && e.pending == nil {
+			e.pending = &subAttempt{done: make(chan struct{})} // joiners wait for the next subscription
+		}
+		h.mu.Unlock()
+	}
+}
+
+// receiveOnce subscribes to e's channel, with SSUBSCRIBE or SUBSCRIBE as releases are announced, and
+// delivers its messages until the subscription is lost or ctx ends (then it unsubscribes). A successful
+// subscription resets *backoff.
+func (h *hub) receiveOnce(ctx context.Context, e *entry, gen int, backoff *time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+	sharded, err := h.sharded(pctx, e.channel)
+	cancel()
+	if err != nil {
+		return err
+	}
+	return h.sub.receive(ctx, e.channel, sharded, func() {
+		h.mu.Lock() // on rueidis's reader: no blocking here
+		if e.gen == gen {
+			h.confirmLocked(e)
+			*backoff = reconnectBackoffMin
+		}
+		h.mu.Unlock()
+	}, h.onMessage)
+}

@@ -1,0 +1,398 @@
+package relock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// The hub's state machine on a scripted Redis (hub_fake_test.go), in synctest bubbles: no Redis, no wall
+// clock. Real-Redis behaviour is proven by the Wait/Wake/Subscribe/Cluster tests of the other files.
+
+func TestHubSubscribesOncePerChannel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, _ := testHub(t, false, false)
+		var joins []<-chan joined
+		for range 5 {
+			joins = append(joins, joinAsync(context.Background(), h, "a"))
+		}
+		for range 2 {
+			joins = append(joins, joinAsync(context.Background(), h, "b"))
+		}
+		var as, bs []*waiter
+		for i, res := range joins {
+			j := <-res
+			if j.err != nil {
+				t.Fatalf("join: %v", j.err)
+			}
+			if i < 5 {
+				as = append(as, j.w)
+			} else {
+				bs = append(bs, j.w)
+			}
+		}
+		as = append(as, mustJoin(t, h, "a")) // joins a subscribed channel at once
+		synctest.Wait()
+		if r.count("subscribe", "a") != 1 || r.count("subscribe", "b") != 1 {
+			t.Fatalf("7 waiters on 2 channels sent %q, want one SUBSCRIBE per channel", r.commands())
+		}
+		if got := len(r.times("dial")); got != 1 {
+			t.Fatalf("%d connections dialled, want 1", got)
+		}
+
+		for _, w := range as[1:] {
+			h.leave(w, false)
+		}
+		synctest.Wait()
+		if n := r.count("unsubscribe", "a"); n != 0 {
+			t.Fatalf("UNSUBSCRIBE a sent while a waiter is left: %q", r.commands())
+		}
+		h.leave(as[0], true)
+		synctest.Wait()
+		if r.count("unsubscribe", "a") != 1 || r.subscribed("a") != 0 || r.subscribed("b") != 1 {
+			t.Fatalf("after a's last waiter left: %q, a subscribed %d times, b %d, want one UNSUBSCRIBE a",
+				r.commands(), r.subscribed("a"), r.subscribed("b"))
+		}
+		if got := h.channels(); !slices.Equal(got, []string{"b"}) {
+			t.Fatalf("hub entries %q, want [b]", got)
+		}
+		for _, w := range bs {
+			h.leave(w, false)
+		}
+		synctest.Wait()
+		if r.count("unsubscribe", "b") != 1 || r.subscribed("b") != 0 || len(h.channels()) != 0 {
+			t.Fatalf("after every waiter left: %q, entries %q", r.commands(), h.channels())
+		}
+	})
+}
+
+// A channel whose UNSUBSCRIBE is on its way must be subscribed anew, after it, before a new waiter may
+// count on hearing its releases.
+func TestHubJoinAfterUnsubscribeWaitsForFreshSubscribe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, _ := testHub(t, false, false)
+		w := mustJoin(t, h, "a")
+		r.hold()
+		h.leave(w, false)
+		synctest.Wait() // UNSUBSCRIBE a sent, not yet answered
+
+		res := joinAsync(context.Background(), h, "a")
+		synctest.Wait()
+		select {
+		case <-res:
+			t.Fatalf("join returned while UNSUBSCRIBE a was unanswered: %q", r.commands())
+		default:
+		}
+		r.answer() // the UNSUBSCRIBE
+		synctest.Wait()
+		select {
+		case <-res:
+			t.Fatalf("join returned before its SUBSCRIBE was answered: %q", r.commands())
+		default:
+		}
+		r.answer() // the fresh SUBSCRIBE
+		j := <-res
+		if j.err != nil {
+			t.Fatal(j.err)
+		}
+		want := []string{"dial", "subscribe a", "unsubscribe a", "subscribe a"}
+		if got := r.commands(); !slices.Equal(got, want) {
+			t.Fatalf("commands %q, want %q", got, want)
+		}
+		if r.publish("a", unlockMessage) != 1 || !woken(j.w) {
+			t.Fatal("a release after the join did not reach the new waiter")
+		}
+		h.leave(j.w, false)
+	})
+}
+
+// A lost connection wakes every waiter at once (a release may have gone unheard), and again when its
+// channel is subscribed anew on a new connection.
+func TestHubConnectionLossWakesWaitersAndResubscribes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, _ := testHub(t, false, false)
+		a1, a2, b := mustJoin(t, h, "a"), mustJoin(t, h, "a"), mustJoin(t, h, "b")
+		r.hold()
+		r.drop()
+		synctest.Wait()
+		for _, w := range []*waiter{a1, a2, b} {
+			if !woken(w) {
+				t.Fatal("a waiter was not woken when the connection was lost")
+			}
+		}
+		if got := r.commands()[len(r.commands())-2:]; !slices.Equal(got, []string{"dial", "subscribe a b"}) {
+			t.Fatalf("after the loss: %q, want a new connection subscribing a and b at once", r.commands())
+		}
+		r.answer()
+		synctest.Wait()
+		for _, w := range []*waiter{a1, a2, b} {
+			if !woken(w) {
+				t.Fatal("a waiter was not woken when its channel was subscribed again")
+			}
+		}
+		if r.subscribed("a") != 1 || r.subscribed("b") != 1 || r.openConns() != 1 {
+			t.Fatalf("subscriptions a %d, b %d on %d connections, want 1, 1 on 1", r.subscribed("a"), r.subscribed("b"), r.openConns())
+		}
+		r.release()
+		for _, w := range []*waiter{a1, a2, b} {
+			h.leave(w, true)
+		}
+	})
+}
+
+// While the connection cannot be restored, the hub tries again after 50 ms, then twice as long each
+// time, and starts from 50 ms again once it succeeded.
+func TestHubResubscribesWithBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, _ := testHub(t, false, false)
+		w := mustJoin(t, h, "a")
+
+		r.fail(errConnReset, errConnReset, errConnReset)
+		time.Sleep(time.Second)
+		r.drop()
+		time.Sleep(time.Second)
+		want := []time.Duration{0, 1000 * ms, 1050 * ms, 1150 * ms, 1350 * ms}
+		if got := r.times("subscribe a"); !slices.Equal(got, want) {
+			t.Fatalf("SUBSCRIBE a sent at %v, want %v", got, want)
+		}
+		if r.subscribed("a") != 1 || r.openConns() != 1 {
+			t.Fatalf("after the outage: a subscribed %d times on %d connections, want 1 on 1", r.subscribed("a"), r.openConns())
+		}
+
+		r.fail(errConnReset)
+		r.drop()
+		time.Sleep(time.Second)
+		want = append(want, 2000*ms, 2050*ms)
+		if got := r.times("subscribe a"); !slices.Equal(got, want) {
+			t.Fatalf("SUBSCRIBE a sent at %v, want %v: the backoff starts again at 50 ms", got, want)
+		}
+		h.leave(w, true)
+	})
+}
+
+// A SUBSCRIBE that Redis does not answer within subscribeTimeout counts as a broken connection: its
+// joiners fail, and the hub connects again.
+func TestHubSubscribeTimeoutFailsJoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, _ := testHub(t, false, false)
+		r.hold()
+		start := time.Now()
+		_, err := h.join(context.Background(), "a")
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != subscribeTimeout {
+			t.Fatalf("join with an unanswered SUBSCRIBE: %v after %v, want a deadline error after %v", err, time.Since(start), subscribeTimeout)
+		}
+		r.release()
+		w := mustJoin(t, h, "a")
+		if got := time.Since(start); got != subscribeTimeout+reconnectBackoffMin {
+			t.Fatalf("next join returned after %v, want %v (after the backoff)", got, subscribeTimeout+reconnectBackoffMin)
+		}
+		if n := len(r.times("dial")); n != 2 || r.subscribed("a") != 1 {
+			t.Fatalf("%d connections dialled, a subscribed %d times; want 2, 1", n, r.subscribed("a"))
+		}
+		h.leave(w, false)
+	})
+}
+
+// A join whose ctx ends while its SUBSCRIBE is on the way returns ctx's error, and leaves nothing behind:
+// the subscription made for it is undone.
+func TestHubJoinCancelledLeavesNoSubscription(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, _ := testHub(t, false, false)
+		r.hold()
+		ctx, cancel := context.WithCancel(context.Background())
+		res := joinAsync(ctx, h, "a")
+		synctest.Wait()
+		cancel()
+		if j := <-res; !errors.Is(j.err, context.Canceled) {
+			t.Fatalf("cancelled join: %v", j.err)
+		}
+		r.release()
+		synctest.Wait()
+		want := []string{"dial", "subscribe a", "unsubscribe a"}
+		if got := r.commands(); !slices.Equal(got, want) || r.subscribed("a") != 0 || len(h.channels()) != 0 {
+			t.Fatalf("commands %q (want %q), a subscribed %d times, entries %q", got, want, r.subscribed("a"), h.channels())
+		}
+	})
+}
+
+// An unlock message ("0") wakes the oldest waiter without a pending notification; a read-unlock message
+// ("1") wakes every waiter of the channel. Messages on other channels wake nobody.
+func TestHubWakesOneOrAll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, _ := testHub(t, false, false)
+		ws := []*waiter{mustJoin(t, h, "a"), mustJoin(t, h, "a"), mustJoin(t, h, "a")}
+		other := mustJoin(t, h, "b")
+		state := func() []bool {
+			return []bool{pending(ws[0]), pending(ws[1]), pending(ws[2]), pending(other)}
+		}
+		r.publish("a", unlockMessage)
+		if got := state(); !slices.Equal(got, []bool{true, false, false, false}) {
+			t.Fatalf("after one unlock message: pending %v, want the oldest waiter only", got)
+		}
+		r.publish("a", unlockMessage)
+		if got := state(); !slices.Equal(got, []bool{true, true, false, false}) {
+			t.Fatalf("after two unlock messages: pending %v, want the two oldest waiters", got)
+		}
+		woken(ws[0])
+		woken(ws[1])
+		r.publish("a", readUnlockMessage)
+		if got := state(); !slices.Equal(got, []bool{true, true, true, false}) {
+			t.Fatalf("after a read-unlock message: pending %v, want every waiter of a", got)
+		}
+		for _, w := range append(ws, other) {
+			h.leave(w, true)
+		}
+	})
+}
+
+// A waiter that leaves without the lock hands the notification it did not use to the next waiter; one
+// that got the lock, or had none, hands nothing on.
+func TestHubLeaveWithoutLockHandsWakeOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, _ := testHub(t, false, false)
+		w1, w2, w3 := mustJoin(t, h, "a"), mustJoin(t, h, "a"), mustJoin(t, h, "a")
+		r.publish("a", unlockMessage)
+		h.leave(w1, false)
+		if !pending(w2) || pending(w3) {
+			t.Fatalf("after the woken waiter gave up: pending %v %v, want the next waiter woken", pending(w2), pending(w3))
+		}
+		h.leave(w2, true)
+		if pending(w3) {
+			t.Fatal("a waiter that got the lock handed its notification on")
+		}
+		w4 := mustJoin(t, h, "a")
+		h.leave(w3, false)
+		if pending(w4) {
+			t.Fatal("a waiter without a notification handed one on")
+		}
+		h.leave(w4, false)
+	})
+}
+
+// A SUBSCRIBE that fails makes its joiners fail with its error; later joins wait for the connection to
+// be restored after the backoff.
+func TestHubSubscribeErrorFailsJoin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, _ := testHub(t, false, false)
+		r.fail(errConnReset)
+		if _, err := h.join(context.Background(), "a"); !errors.Is(err, errConnReset) {
+			t.Fatalf("join with a failing SUBSCRIBE: %v, want %v", err, errConnReset)
+		}
+		start := time.Now()
+		w := mustJoin(t, h, "a")
+		if d := time.Since(start); d != reconnectBackoffMin {
+			t.Fatalf("next join returned after %v, want %v", d, reconnectBackoffMin)
+		}
+		h.leave(w, false)
+	})
+}
+
+// On a cluster each channel has one receiver, whatever its waiters, which unsubscribes (SUNSUBSCRIBE or
+// UNSUBSCRIBE, as it subscribed) when the last waiter leaves.
+func TestHubClusterOneReceiverPerChannel(t *testing.T) {
+	for _, sharded := range []bool{true, false} {
+		sub, unsub := "subscribe", "unsubscribe"
+		if sharded {
+			sub, unsub = "ssubscribe", "sunsubscribe"
+		}
+		t.Run(sub, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h, r, _ := testHub(t, true, sharded)
+				var joins []<-chan joined
+				for range 4 {
+					joins = append(joins, joinAsync(context.Background(), h, "a"))
+				}
+				var ws []*waiter
+				for _, res := range joins {
+					j := <-res
+					if j.err != nil {
+						t.Fatal(j.err)
+					}
+					ws = append(ws, j.w)
+				}
+				b := mustJoin(t, h, "b")
+				synctest.Wait()
+				if r.count(sub, "a") != 1 || r.count(sub, "b") != 1 || r.subscribed("a") != 1 {
+					t.Fatalf("commands %q, want one %s per channel", r.commands(), sub)
+				}
+				if r.publish("a", readUnlockMessage) != 1 {
+					t.Fatal("no receiver for a")
+				}
+				for _, w := range ws {
+					if !woken(w) {
+						t.Fatal("a waiter of a missed its read-unlock message")
+					}
+				}
+				if pending(b) {
+					t.Fatal("a waiter of b was woken by a message on a")
+				}
+				for _, w := range ws[1:] {
+					h.leave(w, false)
+				}
+				synctest.Wait()
+				if r.count(unsub, "a") != 0 {
+					t.Fatalf("%s a while a waiter is left: %q", unsub, r.commands())
+				}
+				h.leave(ws[0], false)
+				synctest.Wait()
+				if r.count(unsub, "a") != 1 || r.subscribed("a") != 0 || !slices.Equal(h.channels(), []string{"b"}) {
+					t.Fatalf("after a's last waiter left: %q, a subscribed %d times, entries %q", r.commands(), r.subscribed("a"), h.channels())
+				}
+				w := mustJoin(t, h, "a")
+				if r.count(sub, "a") != 2 || r.subscribed("a") != 1 {
+					t.Fatalf("a join after the receiver ended: %q, want a fresh %s a", r.commands(), sub)
+				}
+				h.leave(w, true)
+				h.leave(b, true)
+			})
+		})
+	}
+}
+
+// A cluster subscription lost to a failover wakes its waiters, is made again after a backoff that grows
+// while subscribing fails (each failure wakes them too), and wakes them again once made.
+func TestHubClusterResubscribesWithBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, _ := testHub(t, true, true)
+		w := mustJoin(t, h, "a")
+		time.Sleep(time.Second)
+		r.fail(errConnReset, errConnReset, errConnReset)
+		r.dropReceivers("a")
+		synctest.Wait()
+		if !woken(w) {
+			t.Fatal("the waiter was not woken when its subscription was lost")
+		}
+		time.Sleep(400 * ms) // past the last failure, at 1350 ms
+		woken(w)
+		time.Sleep(600 * ms)
+		want := []time.Duration{0, 1050 * ms, 1150 * ms, 1350 * ms, 1750 * ms}
+		if got := r.times("ssubscribe a"); !slices.Equal(got, want) {
+			t.Fatalf("SSUBSCRIBE a sent at %v, want %v", got, want)
+		}
+		if !woken(w) || r.subscribed("a") != 1 {
+			t.Fatalf("after the outage: a subscribed %d times; want 1, and the waiter woken", r.subscribed("a"))
+		}
+		h.leave(w, false)
+	})
+}
+
+// Close makes joiners waiting for a subscription return ErrClosed, or the error its subscription ended
+// with as the Client's lifetime ended.
+func TestHubCloseEndsJoins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, stop := testHub(t, false, false)
+		r.hold()
+		res := joinAsync(context.Background(), h, "a")
+		synctest.Wait()
+		stop()
+		if j := <-res; !errors.Is(j.err, ErrClosed) && !errors.Is(j.err, context.Canceled) {
+			t.Fatalf("join during Close: %v", j.err)
+		}
+		if _, err := h.join(context.Background(), "a"); !errors.Is(err, ErrClosed) {
+			t.Fatalf("join after Close: %v, want ErrClosed", err)
+		}
+	})
+}

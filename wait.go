@@ -1,0 +1,118 @@
+package relock
+
+import (
+	"context"
+	"time"
+)
+
+// transientGrace is how long a waiter keeps trying through transient errors before it returns one.
+const transientGrace = 10 * time.Second
+
+// attempt tries to acquire a lock once. When it does not get the lock, holderTTL is how long the current
+// hold may still last (negative: no expiry known), so a waiter never sleeps past it.
+type attempt func(ctx context.Context) (acquired bool, holderTTL time.Duration, err error)
+
+// acquireOp is one acquisition by any lock type, for the shared wait loop.
+type acquireOp struct {
+	kind    lockKind
+	name    string
+	channel string        // where the lock's releases are announced
+	wait    time.Duration // < 0: as long as ctx allows; 0: one attempt
+	try     attempt
+}
+
+// acquire runs op in the shared wait loop, inside a "relock.acquire" span, and records its outcome.
+func (c *Client) acquire(ctx context.Context, op acquireOp) (bool, error) {
+	start := time.Now()
+	ctx, span := c.tel.startSpan(ctx, "relock.acquire", op.kind, op.name)
+	attempts := 0
+	ok, err := c.acquireWaiting(ctx, op.channel, op.wait, func(ctx context.Context) (bool, time.Duration, error) {
+		attempts++
+		return op.try(ctx)
+	})
+	o := acquireOutcome(ok, err)
+	wait := time.Since(start)
+	c.tel.acquired(ctx, op.kind, o, wait)
+	endSpan(span, o, err, AttrAttempts.Int(attempts), AttrWaitMS.Float64(millis(wait)))
+	return ok, err
+}
+
+// acquireWaiting is the wait loop of every lock type: try; if the lock is taken, subscribe to its release
+// channel, try again (a release between the first try and the subscription would otherwise be missed),
+// then sleep until a release notification, the holder's TTL, the end of wait, or ctx, and try again.
+// wait < 0 waits as long as ctx allows; wait == 0 makes one attempt.
+func (c *Client) acquireWaiting(ctx context.Context, channel string, wait time.Duration, try attempt) (bool, error) {
+	ok, _, err := try(ctx)
+	if ok || err != nil || wait == 0 {
+		return ok, err
+	}
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	w, err := c.hub.join(ctx, channel)
+	if err != nil {
+		return false, err
+	}
+	acquired := false
+	defer func() { c.hub.leave(w, acquired) }()
+
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	var troubleSince time.Time // when attempts began to fail with transient errors
+	backoff := reconnectBackoffMin
+	for {
+		ok, ttl, err := try(ctx)
+		if ok {
+			acquired = true
+			return true, nil
+		}
+		if err != nil {
+			// A waiter rides out a short outage (a restart, a cluster failover) rather than give up its
+			// wait: it tries again, backing off, for up to transientGrace. The first attempt, made before
+			// waiting, reports errors at once.
+			if !transient(err) || ctx.Err() != nil {
+				return false, err
+			}
+			if troubleSince.IsZero() {
+				troubleSince = time.Now()
+			} else if time.Since(troubleSince) > transientGrace {
+				return false, err
+			}
+			ttl, backoff = backoff, min(2*backoff, reconnectBackoffMax)
+		} else {
+			troubleSince, backoff = time.Time{}, reconnectBackoffMin
+		}
+		sleep := ttl
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return false, nil
+			}
+			if sleep < 0 || left < sleep {
+				sleep = left
+			}
+		}
+		var timeout <-chan time.Time
+		if sleep >= 0 {
+			if timer == nil {
+				timer = time.NewTimer(sleep)
+			} else {
+				timer.Reset(sleep)
+			}
+			timeout = timer.C
+		}
+		select {
+		case <-w.wake:
+		case <-timeout:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-c.hub.done:
+			return false, ErrClosed
+		}
+	}
+}

@@ -1,0 +1,240 @@
+package relock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// The wait loop (acquireWaiting) on a hub over a scripted Redis, with a scripted attempt function, in
+// synctest bubbles: every sleep is on the bubble's clock, so the tests are exact and take no time.
+
+// scriptedLock is an attempt function whose answers the test decides: answer gets the attempt's number
+// (from 1) and its time since the lock was made.
+type scriptedLock struct {
+	start  time.Time
+	answer func(n int, at time.Duration) (bool, time.Duration, error)
+
+	mu sync.Mutex
+	at []time.Duration // when each attempt ran
+}
+
+func newScriptedLock(answer func(n int, at time.Duration) (bool, time.Duration, error)) *scriptedLock {
+	return &scriptedLock{start: time.Now(), answer: answer}
+}
+
+func (l *scriptedLock) try(ctx context.Context) (bool, time.Duration, error) {
+	l.mu.Lock()
+	at := time.Since(l.start)
+	l.at = append(l.at, at)
+	n := len(l.at)
+	l.mu.Unlock()
+	return l.answer(n, at)
+}
+
+func (l *scriptedLock) attempts() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.at)
+}
+
+type waited struct {
+	ok  bool
+	err error
+	at  time.Duration
+}
+
+// waitAsync runs the wait loop in a goroutine of its own.
+func waitAsync(ctx context.Context, c *Client, wait time.Duration, l *scriptedLock) <-chan waited {
+	res := make(chan waited, 1)
+	go func() {
+		ok, err := c.acquireWaiting(ctx, "a", wait, l.try)
+		res <- waited{ok, err, time.Since(l.start)}
+	}()
+	return res
+}
+
+// testWaitClient returns a Client with nothing but a hub on a fake Redis: all the wait loop uses.
+func testWaitClient(t *testing.T) (*Client, *fakeRedis, func()) {
+	h, r, stop := testHub(t, false, false)
+	return &Client{hub: h}, r, stop
+}
+
+const ms = time.Millisecond
+
+// A waiter makes no attempt while the lock is held with no expiry known, however long that is, and tries
+// again as soon as a release is announced.
+func TestWaitSleepsUntilRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, r, _ := testWaitClient(t)
+		var mu sync.Mutex
+		held := true
+		l := newScriptedLock(func(int, time.Duration) (bool, time.Duration, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return !held, -1, nil
+		})
+		res := waitAsync(context.Background(), c, -1, l)
+		time.Sleep(time.Hour)
+		if got := l.attempts(); !slices.Equal(got, []time.Duration{0, 0}) {
+			t.Fatalf("attempts at %v while the lock was held, want [0 0] (before and after subscribing)", got)
+		}
+		mu.Lock()
+		held = false
+		mu.Unlock()
+		r.publish("a", unlockMessage)
+		w := <-res
+		if !w.ok || w.err != nil || w.at != time.Hour {
+			t.Fatalf("wait = %v, %v at %v; want the lock at 1h, on the release", w.ok, w.err, w.at)
+		}
+		synctest.Wait()
+		if r.subscribed("a") != 0 {
+			t.Fatalf("the waiter left its subscription behind: %q", r.commands())
+		}
+	})
+}
+
+// A release announced while the waiter is busy with an attempt is not lost: the next sleep ends at once.
+func TestWaitKeepsReleaseHeardDuringAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, r, _ := testWaitClient(t)
+		l := newScriptedLock(func(n int, _ time.Duration) (bool, time.Duration, error) {
+			if n == 2 {
+				r.publish("a", unlockMessage) // released just after this attempt read the lock
+			}
+			return n == 3, -1, nil
+		})
+		w := <-waitAsync(context.Background(), c, -1, l)
+		if !w.ok || w.err != nil || !slices.Equal(l.attempts(), []time.Duration{0, 0, 0}) {
+			t.Fatalf("wait = %v, %v; attempts at %v, want the lock on the third attempt, at once", w.ok, w.err, l.attempts())
+		}
+	})
+}
+
+// A waiter never sleeps past the holder's TTL, nor past its wait: it tries again when either runs out,
+// and reports false once the wait has.
+func TestWaitSleepsUntilHolderTTLOrWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _, _ := testWaitClient(t)
+		l := newScriptedLock(func(int, time.Duration) (bool, time.Duration, error) { return false, 400 * ms, nil })
+		w := <-waitAsync(context.Background(), c, time.Second, l)
+		want := []time.Duration{0, 0, 400 * ms, 800 * ms, 1000 * ms}
+		if w.ok || w.err != nil || w.at != time.Second || !slices.Equal(l.attempts(), want) {
+			t.Fatalf("wait = %v, %v at %v, attempts at %v; want false, nil at 1s, attempts at %v", w.ok, w.err, w.at, l.attempts(), want)
+		}
+	})
+}
+
+// A waiter's ctx bounds its wait: it returns ctx's error when ctx ends.
+func TestWaitEndsWithCtx(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _, _ := testWaitClient(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		l := newScriptedLock(func(int, time.Duration) (bool, time.Duration, error) { return false, -1, nil })
+		w := <-waitAsync(ctx, c, -1, l)
+		if w.ok || !errors.Is(w.err, context.DeadlineExceeded) || w.at != 2*time.Second {
+			t.Fatalf("wait = %v, %v at %v; want ctx's deadline error at 2s", w.ok, w.err, w.at)
+		}
+	})
+}
+
+// A zero wait is one attempt, with no subscription; an error on the first attempt is returned at once.
+func TestWaitZeroOrFirstErrorMakesOneAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, r, _ := testWaitClient(t)
+		l := newScriptedLock(func(int, time.Duration) (bool, time.Duration, error) { return false, -1, nil })
+		if w := <-waitAsync(context.Background(), c, 0, l); w.ok || w.err != nil || len(l.attempts()) != 1 {
+			t.Fatalf("zero wait = %v, %v after %d attempts, want false, nil after 1", w.ok, w.err, len(l.attempts()))
+		}
+		l = newScriptedLock(func(int, time.Duration) (bool, time.Duration, error) { return false, 0, errConnReset })
+		if w := <-waitAsync(context.Background(), c, -1, l); !errors.Is(w.err, errConnReset) || len(l.attempts()) != 1 {
+			t.Fatalf("first attempt failing: %v after %d attempts, want its error after 1", w.err, len(l.attempts()))
+		}
+		synctest.Wait()
+		if len(r.commands()) != 0 {
+			t.Fatalf("subscribed for a single attempt: %q", r.commands())
+		}
+	})
+}
+
+// A waiter rides out transient errors (a broken connection, a failover), trying again after 50 ms, then
+// twice as long each time up to 2 s, and fails with the error once they have lasted past transientGrace.
+func TestWaitRidesOutTransientErrorsThenFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _, _ := testWaitClient(t)
+		l := newScriptedLock(func(n int, _ time.Duration) (bool, time.Duration, error) {
+			if n == 1 {
+				return false, -1, nil
+			}
+			return false, 0, errConnReset
+		})
+		w := <-waitAsync(context.Background(), c, -1, l)
+		want := []time.Duration{0, 0, 50 * ms, 150 * ms, 350 * ms, 750 * ms, 1550 * ms, 3150 * ms, 5150 * ms,
+			7150 * ms, 9150 * ms, 11150 * ms}
+		if !errors.Is(w.err, errConnReset) || !slices.Equal(l.attempts(), want) {
+			t.Fatalf("wait = %v after attempts at %v; want the error after attempts at %v", w.err, l.attempts(), want)
+		}
+	})
+}
+
+// The grace counts one run of transient errors: an answer from Redis in between starts it again.
+func TestWaitTransientGraceRestartsAfterAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _, _ := testWaitClient(t)
+		l := newScriptedLock(func(n int, at time.Duration) (bool, time.Duration, error) {
+			switch {
+			case n == 1:
+				return false, -1, nil
+			case at < 9*time.Second, at >= 9500*ms && at < 18*time.Second:
+				return false, 0, errConnReset
+			case at < 18*time.Second:
+				return false, 100 * ms, nil // held, by an owner whose hold ends in 100 ms
+			}
+			return true, 0, nil
+		})
+		w := <-waitAsync(context.Background(), c, -1, l)
+		if !w.ok || w.err != nil || w.at < 18*time.Second {
+			t.Fatalf("wait = %v, %v at %v; want the lock after 18s of mostly failing attempts", w.ok, w.err, w.at)
+		}
+	})
+}
+
+// An error that waiting cannot mend (here a Redis error reply) ends the wait at once.
+func TestWaitFailsAtOnceOnLastingError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _, _ := testWaitClient(t)
+		reply := &rueidis.RedisError{} // an error reply: Redis answered, and will answer the same again
+		l := newScriptedLock(func(n int, _ time.Duration) (bool, time.Duration, error) {
+			if n < 3 {
+				return false, 300 * ms, nil
+			}
+			return false, 0, reply
+		})
+		w := <-waitAsync(context.Background(), c, -1, l)
+		if !errors.Is(w.err, reply) || w.at != 300*ms {
+			t.Fatalf("wait = %v at %v; want the error reply at 300ms", w.err, w.at)
+		}
+	})
+}
+
+// Close ends every wait at once with ErrClosed.
+func TestWaitEndsAtOnceOnClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _, stop := testWaitClient(t)
+		l := newScriptedLock(func(int, time.Duration) (bool, time.Duration, error) { return false, -1, nil })
+		res := waitAsync(context.Background(), c, -1, l)
+		time.Sleep(time.Hour)
+		stop()
+		w := <-res
+		if !errors.Is(w.err, ErrClosed) || w.at != time.Hour {
+			t.Fatalf("wait = %v at %v; want ErrClosed at once, at 1h", w.err, w.at)
+		}
+	})
+}
