@@ -57,6 +57,10 @@ var (
 	ErrUnavailable = errors.New("relock: redis unavailable")
 )
 
+// ErrNoQuorum means a RedLock could not reach a majority of its nodes: too many of them failed with
+// errors (unreachable, stalled past the node timeout) rather than being held by another owner.
+var ErrNoQuorum = errors.New("relock: no quorum of redlock nodes")
+
 // ErrLockLost is the cause (context.Cause) of a hold's context when the hold ended without its owner
 // releasing it: Redis no longer had it when the watchdog came to renew it (it expired during a pause,
 // was deleted by ForceUnlock or by hand, or Redis restarted), the watchdog could not renew it before it
@@ -124,8 +128,10 @@ func outcomeUnknown(err error) bool {
 	if _, ok := rueidis.IsRedisErr(err); ok {
 		return false
 	}
-	// rueidis rejects the commands of a closed client before sending them.
-	return !errors.Is(err, rueidis.ErrClosing)
+	// relock's own errors are definite: read from a reply (ErrUpgrade, errUnexpectedReply), or given
+	// before anything was sent. rueidis rejects the commands of a closed client before sending them.
+	return !permanent(err) && !errors.Is(err, errUnexpectedReply) && !errors.Is(err, ErrReplicaAck) &&
+		!errors.Is(err, rueidis.ErrClosing)
 }
 
 // transient reports whether err may well go away by itself soon: the connection broke or could not be

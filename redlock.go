@@ -10,10 +10,6 @@ import (
 	"time"
 )
 
-// ErrNoQuorum means a RedLock could not reach a majority of its nodes: too many of them failed with
-// errors (unreachable, stalled past the node timeout) rather than being held by another owner.
-var ErrNoQuorum = errors.New("relock: no quorum of redlock nodes")
-
 // RedLockOptions configures a RedLock. The zero value, and a nil *RedLockOptions, are valid. A negative
 // duration makes every method of the RedLock return ErrInvalidDuration.
 type RedLockOptions struct {

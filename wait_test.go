@@ -238,3 +238,21 @@ func TestWaitEndsAtOnceOnClose(t *testing.T) {
 		}
 	})
 }
+
+// relock's own errors met while waiting (an upgrade the owner made impossible meanwhile) end the wait at
+// once: they are definite, not a connection's trouble to ride out.
+func TestWaitFailsAtOnceOnRelocksOwnError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, _, _ := testWaitClient(t)
+		l := newScriptedLock(func(n int, _ time.Duration) (bool, time.Duration, error) {
+			if n < 3 {
+				return false, 300 * ms, nil
+			}
+			return false, 0, ErrUpgrade
+		})
+		w := <-waitAsync(context.Background(), c, -1, l)
+		if !errors.Is(w.err, ErrUpgrade) || w.at != 300*ms {
+			t.Fatalf("wait = %v at %v; want ErrUpgrade at 300ms", w.err, w.at)
+		}
+	})
+}
