@@ -311,13 +311,7 @@ func (h *hub) reconcile(conn subConn) error {
 			e.subscribed = false
 			unsubs = append(unsubs, ch)
 		case len(e.waiters) == 0:
-			if e.pending != nil {
-				close(e.pending.done)
-				e.pending = nil
-			}
-			if h.entries[ch] == e {
-				delete(h.entries, ch)
-			}
+			h.dropLocked(e)
 		}
 	}
 	h.mu.Unlock()
@@ -359,6 +353,18 @@ func (h *hub) reconcile(conn subConn) error {
 		}
 	}
 	return err
+}
+
+// dropLocked forgets e, which has no waiter and no subscription left, and ends its pending subscription
+// attempt, if any.
+func (h *hub) dropLocked(e *entry) {
+	if e.pending != nil {
+		close(e.pending.done)
+		e.pending = nil
+	}
+	if h.entries[e.channel] == e {
+		delete(h.entries, e.channel)
+	}
 }
 
 // confirmLocked records that Redis confirmed e's subscription: its joiners go on, and, if it had been

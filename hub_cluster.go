@@ -42,13 +42,7 @@ func (h *hub) loopCluster() {
 				e.stop() // the receiver unsubscribes, then removes the entry
 				e.stop = nil
 			case len(e.waiters) == 0 && !e.receiving:
-				if e.pending != nil {
-					close(e.pending.done)
-					e.pending = nil
-				}
-				if h.entries[ch] == e {
-					delete(h.entries, ch)
-				}
+				h.dropLocked(e)
 			}
 		}
 		h.mu.Unlock()
