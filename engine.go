@@ -2,6 +2,7 @@ package relock
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -366,11 +367,15 @@ func (l *RLock) prepareField(ctx context.Context) (string, error) {
 	return l.spec.field(owner), nil
 }
 
-// fail attaches op and the lock's name to err, and makes it match ctx's error once ctx has ended.
+// fail attaches op and the lock's name to err, and makes it match ctx's error once ctx has ended, and
+// ErrClosed when the Client was closed while the call was under way (the connection it used is gone).
 func (l *RLock) fail(ctx context.Context, op string, err error) error {
 	name := ""
 	if l != nil {
 		name = l.name
+		if l.c != nil && l.c.closed.Load() && outcomeUnknown(err) {
+			err = fmt.Errorf("%w (%w)", ErrClosed, err)
+		}
 	}
 	return wrapErrCtx(ctx, op, name, err)
 }
