@@ -37,7 +37,7 @@ func unlockCases(t *testing.T, timeout time.Duration) []unlockCase {
 	locker := func(name string, l relock.Locker, hold func(context.Context) (context.Context, error), keys ...string) unlockCase {
 		return unlockCase{name: name, lock: l.Lock, unlock: l.Unlock, hold: hold, held: exists(keys...)}
 	}
-	rl, fl, rw := c.Lock("u:rlock"), c.FairLock("u:fair"), c.ReadWriteLock("u:rw")
+	rl, fl, rr, rw := c.Lock("u:rlock"), c.FairLock("u:fair"), c.ReadWriteLock("u:rw-read"), c.ReadWriteLock("u:rw-write")
 	multi := relock.NewMultiLock(c.Lock("u:m1"), c.Lock("u:m2"))
 	nodes := redistest.StartN(t, 3)
 	var parts []relock.Lockable
@@ -51,8 +51,8 @@ func unlockCases(t *testing.T, timeout time.Duration) []unlockCase {
 	return []unlockCase{
 		locker("RLock", rl, rl.HoldContext, "u:rlock"),
 		locker("FairLock", fl, fl.HoldContext, "u:fair"),
-		locker("ReadLock", rw.ReadLock(), rw.ReadLock().HoldContext, "u:rw"),
-		locker("WriteLock", rw.WriteLock(), rw.WriteLock().HoldContext, "u:rw"),
+		locker("ReadLock", rr.ReadLock(), rr.ReadLock().HoldContext, "u:rw-read"),
+		locker("WriteLock", rw.WriteLock(), rw.WriteLock().HoldContext, "u:rw-write"),
 		locker("MultiLock", multi, multi.HoldContext, "u:m1", "u:m2"),
 		{name: "RedLock", lock: red.Lock, unlock: red.Unlock, hold: red.HoldContext, held: func(t testing.TB) bool {
 			for _, h := range nodeHeld {
@@ -72,8 +72,9 @@ func TestUnlockWithEndedContextReleases(t *testing.T) {
 	t.Parallel()
 	for _, tc := range unlockCases(t, 600*time.Millisecond) {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			for _, end := range []string{"canceled", "deadline"} {
-				owner := relock.WithOwner(context.Background(), "request-"+end)
+				owner := relock.WithOwner(context.Background(), tc.name+"-request-"+end)
 				ctx, cancel := context.WithTimeout(owner, 10*time.Second)
 				if err := tc.lock(ctx); err != nil {
 					t.Fatal(err)
@@ -114,7 +115,7 @@ func TestUnlockWithEndedContextReleases(t *testing.T) {
 					t.Fatalf("%s: the lock is held again after its release", end)
 				}
 				// The owner takes it again, once: its next Lock is a first hold, not a reentry.
-				live := relock.WithOwner(context.Background(), "request-"+end)
+				live := relock.WithOwner(context.Background(), tc.name+"-request-"+end)
 				if err := tc.lock(live); err != nil {
 					t.Fatal(err)
 				}

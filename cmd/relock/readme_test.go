@@ -15,6 +15,7 @@ import (
 // name a package of this repository (the module is not published, so a module@version query fails), and
 // it must work verbatim from the repository's root.
 func TestReadmeFirstCommandWorksInAClone(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the demo")
 	}
