@@ -186,14 +186,19 @@ func (m *composite) fanOut(fn func(i int, p *RLock)) {
 	_ = g.Wait()
 }
 
-// release unlocks the parts marked in got, at once, even if ctx has ended, each within timeout: a part
-// whose server does not answer in time completes its release in the background (see RLock.Unlock).
-func (m *composite) release(ctx context.Context, got []bool, timeout time.Duration) {
+// release ends a failed round: it unlocks the parts marked in got, and waits for the parts whose attempt
+// had an unknown outcome (errs) to undo it themselves, at once, even if ctx has ended, each within
+// timeout. So a failed round leaves nothing it took behind, wherever Redis answers in time; a part whose
+// server does not completes its release or undo in the background (see RLock.Unlock).
+func (m *composite) release(ctx context.Context, got []bool, errs []error, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	m.fanOut(func(i int, p *RLock) {
-		if got[i] {
+		switch {
+		case got[i]:
 			_ = p.Unlock(ctx)
+		case errs[i] != nil && outcomeUnknown(errs[i]):
+			p.settled(ctx)
 		}
 	})
 }

@@ -300,6 +300,14 @@ func (l *RLock) release(ctx context.Context, call releaseCall) (int64, error) {
 	return l.c.scripts.runInt(ctx, sc)
 }
 
+// settled waits, as long as ctx allows, until no operation of ctx's owner on the lock is being settled
+// (the undo of an acquisition whose reply was lost, a release completing in the background).
+func (l *RLock) settled(ctx context.Context) {
+	if field, err := l.ownerOf(ctx); err == nil {
+		_, _ = l.c.holds.prepare(ctx, holdKey{key: l.name, field: field})
+	}
+}
+
 // holdDone returns the context that ends when the hold of ctx's owner ends (see holdTable.holdDone).
 func (l *RLock) holdDone(ctx context.Context) (context.Context, error) {
 	field, err := l.prepareField(ctx)

@@ -58,7 +58,7 @@ func (m *MultiLock) round(ctx context.Context, lease time.Duration) (bool, error
 	if all {
 		return true, nil
 	}
-	m.release(ctx, got, multiReleaseTimeout)
+	m.release(ctx, got, errs, multiReleaseTimeout)
 	return false, errors.Join(errs...)
 }
 

@@ -179,7 +179,7 @@ func (r *RedLock) round(ctx context.Context, lease time.Duration) (ok bool, node
 		case roundCtx.Err() != nil && ctx.Err() == nil && errors.Is(errs[i], context.Canceled):
 			// stopped early by this round: unknown
 		case permanent(errs[i]):
-			r.release(ctx, got, r.nodeTimeout(ttl))
+			r.release(ctx, got, errs, r.nodeTimeout(ttl))
 			return false, nil, errs[i]
 		default:
 			nodeErrs = append(nodeErrs, errs[i])
@@ -191,7 +191,7 @@ func (r *RedLock) round(ctx context.Context, lease time.Duration) (ok bool, node
 	// Release what this round acquired, and only that: a node whose attempt failed with an unknown outcome
 	// undoes it itself (only if it did take a hold level), and a hold the owner had before (a reentrant
 	// acquisition) is left as it was.
-	r.release(ctx, got, r.nodeTimeout(ttl))
+	r.release(ctx, got, errs, r.nodeTimeout(ttl))
 	if ctx.Err() != nil {
 		return false, nil, ctx.Err()
 	}
