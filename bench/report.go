@@ -71,8 +71,11 @@ func (r *report) machine() {
 		fmt.Sprintf("Machine: %s, %d CPUs (%s), %s/%s, %s", host, runtime.NumCPU(), cpu, runtime.GOOS, runtime.GOARCH, runtime.Version()),
 		"Redis: " + redisVersion() + ", started on loopback by the benchmark, persistence off",
 		"Command: `cd bench && go run . " + strings.Join(os.Args[1:], " ") + "` (mode: " + mode + ")",
-		"Peers: rueidislock (rueidis " + moduleVersion("github.com/redis/rueidis") + ", defaults), go-redsync " + moduleVersion("github.com/go-redsync/redsync/v4") +
-			" (go-redis v9 pool, defaults), bsm/redislock " + moduleVersion("github.com/bsm/redislock") + " (10 ms linear backoff while waiting)",
+		"Peers, each in its defaults and in its best documented configuration (\"best\"): rueidislock (rueidis " + moduleVersion("github.com/redis/rueidis") +
+			"; defaults: KeyMajority 2, tracking without NOLOOP; best: KeyMajority 1 and NoLoopTracking, as its README recommends for one Redis ≥ 7.0.5), " +
+			"go-redsync " + moduleVersion("github.com/go-redsync/redsync/v4") + " (go-redis v9 pool; defaults, 32 tries 50–250 ms apart, retried while waiting: its docs recommend no other configuration), " +
+			"bsm/redislock " + moduleVersion("github.com/bsm/redislock") + " (go-redis v9; defaults: NoRetry, Obtain called again at once while waiting; best: ExponentialBackoff(16 ms, 64 ms), the 16 ms minimum its doc recommends, the 64 ms cap ours)",
+		"Bounds: every library's lock and unlock call (relock's too) runs in a goroutine under a context cancelled after " + bound.String() + " (or at the caller's deadline); a call not done by then counts as hung and the run goes on, and one still running " + grace.String() + " after its context ended is abandoned (\"ignored cancellation\")",
 	}
 }
 
