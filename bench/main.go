@@ -172,20 +172,10 @@ func uncontended(r *report, srv *redistest.Server) {
 	ctx := context.Background()
 	ls, rdb, raw, done := contenders(srv)
 	defer done()
-	floors := map[string]func() error{
-		"two PINGs": func() error {
-			if err := rdb.Do(ctx, rdb.B().Ping().Build()).Error(); err != nil {
-				return err
-			}
-			return rdb.Do(ctx, rdb.B().Ping().Build()).Error()
-		},
-		"raw scripts": func() error { return raw.lockUnlock(ctx) },
-	}
+	// The floors run bounded like the libraries, so that the ratios compare like with like.
+	floors := []locker{&bounded{locker: pingLocker{rdb}}, &bounded{locker: rawLocker{raw}}}
 	ops := map[string]func() error{}
-	for k, v := range floors {
-		ops[k] = v
-	}
-	for _, l := range ls {
+	for _, l := range append(floors, ls...) {
 		ops[l.name()] = func() error {
 			unlock, err := l.lock(ctx, "bench:uncontended:"+l.name())
 			if err != nil {
@@ -275,9 +265,9 @@ func parallel(r *report, srv *redistest.Server) {
 	}
 	sec := section{title: "2. 64 goroutines on 64 keys", note: "Lock+Unlock pairs per second, each peer in its defaults and in its best documented configuration (\"best\"); hung: calls that did not complete within " + bound.String() + " (not counted as pairs). Target: relock ≥ 2 × the best peer in any configuration.",
 		head: []string{"", "pairs/s", "× best peer", "hung"}}
-	rates := map[string]float64{"raw scripts": run(func(g int) error { return raw.forKey(g).lockUnlock(ctx) })}
-	names := []string{"raw scripts"}
-	for _, l := range ls {
+	var names []string
+	rates := map[string]float64{}
+	for _, l := range append([]locker{&bounded{locker: rawLocker{raw}}}, ls...) {
 		rates[l.name()] = run(func(g int) error {
 			unlock, err := l.lock(ctx, fmt.Sprintf("bench:parallel:%s:%d", l.name(), g))
 			if err != nil {
@@ -293,7 +283,7 @@ func parallel(r *report, srv *redistest.Server) {
 			best, bestName = rates[l.name()], l.name()
 		}
 	}
-	hung := map[string]string{"raw scripts": ""}
+	hung := map[string]string{}
 	for _, l := range ls {
 		hung[l.name()] = hungCount(l)
 	}

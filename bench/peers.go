@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -39,7 +40,13 @@ func newRelock(addr string, opts *relock.Options) (*relockLocker, error) {
 
 func (r *relockLocker) name() string { return "relock" }
 
+// owners numbers the owner tokens relockLocker takes its locks with.
+var owners atomic.Int64
+
 func (r *relockLocker) lock(ctx context.Context, key string) (func() error, error) {
+	// An owner token of its own per acquisition: bounded takes and releases the lock on goroutines of its
+	// own, and by default relock's owner is the calling goroutine.
+	ctx = relock.WithOwner(ctx, "bench-"+strconv.FormatInt(owners.Add(1), 10))
 	l := r.c.Lock(key)
 	if err := l.Lock(ctx); err != nil {
 		return nil, err
@@ -174,11 +181,14 @@ var errHung = errors.New("did not return within its bound")
 var bound, grace = 2 * time.Second, time.Second
 
 // bounded wraps a library so that no call of it can block a run: each Lock runs in a goroutine, under a
-// context that is cancelled when the bound (or the caller's deadline) passes; a call still running then is
-// counted as hung and the caller gets errHung. A library that returns once its context is cancelled is
-// waited on for grace; one that ignores its context is abandoned (still running: if it ever gets the lock
-// it is released). Unlock calls are bounded alike. The context a lock was taken with lives until its Unlock
-// (rueidislock releases a lock when that context ends). Every library, relock too, pays the same overhead.
+// context with a timeout of bound (or, if the caller's context has a deadline, that deadline); a call not
+// done by then is counted as hung and the caller gets errHung. A library that returns once its context has
+// ended is waited on for grace; one that ignores its context is abandoned (still running: if it ever gets
+// the lock it is released). Unlock calls run in a goroutine bounded alike. The context a lock was taken with
+// lives until its Unlock (rueidislock releases a lock when that context ends; every hold here is far
+// shorter than bound). Every library, relock too, and the floors run this way: the same goroutine hops, and
+// the same context with a deadline, which rueidis-based code (relock, rueidislock, the floors) honours and
+// go-redis-based code (redsync, bsm/redislock) ignores for its network I/O by default.
 type bounded struct {
 	locker
 	hung      atomic.Int64 // calls that did not complete within their bound
@@ -191,25 +201,22 @@ type lockResult struct {
 }
 
 func (b *bounded) lock(ctx context.Context, key string) (func() error, error) {
-	lctx, cancel := context.WithCancel(ctx)
-	limit := bound
-	if dl, ok := ctx.Deadline(); ok {
-		limit = time.Until(dl)
+	lctx, cancel := context.WithTimeout(ctx, bound)
+	if _, ok := ctx.Deadline(); ok {
+		lctx, cancel = context.WithCancel(ctx) // the caller's deadline is the bound (handoff: the run's end + 1 s)
 	}
 	ch := make(chan lockResult, 1)
 	go func() {
 		u, err := b.locker.lock(lctx, key)
 		ch <- lockResult{u, err}
 	}()
-	timer := time.NewTimer(limit)
-	defer timer.Stop()
 	select {
 	case r := <-ch:
 		if r.err != nil {
 			cancel()
-			if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-				b.hung.Add(1) // the library's own return at the caller's deadline: it waited that long
-				return nil, fmt.Errorf("%s: lock: %w (%v)", b.name(), errHung, r.err)
+			if errors.Is(lctx.Err(), context.DeadlineExceeded) {
+				b.hung.Add(1) // the library returned at the deadline: it waited that long
+				return nil, fmt.Errorf("%s: lock of %q: %w (%v)", b.name(), key, errHung, r.err)
 			}
 			return nil, r.err
 		}
@@ -217,7 +224,7 @@ func (b *bounded) lock(ctx context.Context, key string) (func() error, error) {
 			defer cancel()
 			return b.call("unlock", r.unlock)
 		}, nil
-	case <-timer.C:
+	case <-lctx.Done():
 	}
 	b.hung.Add(1)
 	cancel()
@@ -234,7 +241,7 @@ func (b *bounded) lock(ctx context.Context, key string) (func() error, error) {
 			}
 		}()
 	}
-	return nil, fmt.Errorf("%s: lock of %q: %w (%v)", b.name(), key, errHung, limit)
+	return nil, fmt.Errorf("%s: lock of %q: %w (%v)", b.name(), key, errHung, lctx.Err())
 }
 
 // call runs fn (an unlock) bounded by bound.

@@ -179,7 +179,6 @@ func moduleVersion(path string) string {
 type rawScripts struct {
 	rdb              rueidis.Client
 	acquire, release *rueidis.Lua
-	key              string
 }
 
 func newRawScripts(rdb rueidis.Client) *rawScripts {
@@ -190,24 +189,48 @@ func newRawScripts(rdb rueidis.Client) *rawScripts {
 		}
 		return rueidis.NewLuaScript(src)
 	}
-	return &rawScripts{rdb: rdb, acquire: load("rlock_acquire"), release: load("rlock_release"), key: "bench:raw"}
+	return &rawScripts{rdb: rdb, acquire: load("rlock_acquire"), release: load("rlock_release")}
 }
 
-func (r *rawScripts) forKey(g int) *rawScripts {
-	c := *r
-	c.key = "bench:raw:" + strconv.Itoa(g)
-	return &c
-}
+const rawField = "00000000-0000-0000-0000-000000000000:1"
 
-func (r *rawScripts) lockUnlock(ctx context.Context) error {
-	field := "00000000-0000-0000-0000-000000000000:1"
-	got, err := r.acquire.Exec(ctx, r.rdb, []string{r.key}, []string{"30000", field}).AsIntSlice()
+func (r *rawScripts) acquire1(ctx context.Context, key string) error {
+	got, err := r.acquire.Exec(ctx, r.rdb, []string{key}, []string{"30000", rawField}).AsIntSlice()
 	if err != nil {
 		return err
 	}
 	if len(got) != 3 || got[0] != 1 {
 		return fmt.Errorf("raw acquire replied %v", got)
 	}
-	keys := []string{r.key, "redisson_lock__channel:{" + r.key + "}", "relock_release:{" + r.key + "}"}
-	return r.release.Exec(ctx, r.rdb, keys, []string{field, "0", "", "!r1", "publish"}).Error()
+	return nil
 }
+
+func (r *rawScripts) release1(ctx context.Context, key string) error {
+	keys := []string{key, "redisson_lock__channel:{" + key + "}", "relock_release:{" + key + "}"}
+	return r.release.Exec(ctx, r.rdb, keys, []string{rawField, "0", "", "!r1", "publish"}).Error()
+}
+
+// rawLocker runs the raw scripts as a locker, so that the floors are measured the way the libraries are
+// (bounded: each call in a goroutine under a context with a timeout).
+type rawLocker struct{ r *rawScripts }
+
+func (l rawLocker) name() string { return "raw scripts" }
+func (l rawLocker) lock(ctx context.Context, key string) (func() error, error) {
+	if err := l.r.acquire1(ctx, key); err != nil {
+		return nil, err
+	}
+	return func() error { return l.r.release1(context.WithoutCancel(ctx), key) }, nil
+}
+func (l rawLocker) close() {}
+
+// pingLocker is the two-PINGs floor as a locker: one PING for the lock, one for the unlock.
+type pingLocker struct{ rdb rueidis.Client }
+
+func (l pingLocker) name() string { return "two PINGs" }
+func (l pingLocker) lock(ctx context.Context, _ string) (func() error, error) {
+	if err := l.rdb.Do(ctx, l.rdb.B().Ping().Build()).Error(); err != nil {
+		return nil, err
+	}
+	return func() error { return l.rdb.Do(context.WithoutCancel(ctx), l.rdb.B().Ping().Build()).Error() }, nil
+}
+func (l pingLocker) close() {}
