@@ -203,7 +203,7 @@ func uncontended(r *report, srv *redistest.Server) {
 		}
 	}
 	sec := section{title: "1. Uncontended Lock+Unlock, one goroutine",
-		note: "Each round runs every operation once, interleaved. Each peer in its defaults and in its best documented configuration (\"best\"). Every library's calls (relock's too, not the floors) run bounded, in a goroutine; hung: calls that did not complete within " + bound.String() + " (left out of the latencies). Target: relock ≤ 1.1 × the raw scripts, and faster than every peer in every configuration.",
+		note: "Each round runs every operation once, interleaved. Each peer in its defaults and in its best documented configuration (\"best\"). Every call, the floors' and relock's too, runs bounded (see Bounds above): a PING or a raw script counts as a lock or an unlock call; hung: calls that did not complete within " + bound.String() + " (left out of the latencies). Target: relock ≤ 1.1 × the raw scripts, and faster than every peer in every configuration.",
 		head: []string{"", "p50", "p99", "mean", "allocs/op", "× raw scripts", "hung"}}
 	rawMean := 0.0
 	for _, n := range names {

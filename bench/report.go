@@ -75,7 +75,7 @@ func (r *report) machine() {
 			"; defaults: KeyMajority 2, tracking without NOLOOP; best: KeyMajority 1 and NoLoopTracking, as its README recommends for one Redis ≥ 7.0.5), " +
 			"go-redsync " + moduleVersion("github.com/go-redsync/redsync/v4") + " (go-redis v9 pool; defaults, 32 tries 50–250 ms apart, retried while waiting: its docs recommend no other configuration), " +
 			"bsm/redislock " + moduleVersion("github.com/bsm/redislock") + " (go-redis v9; defaults: NoRetry, Obtain called again at once while waiting; best: ExponentialBackoff(16 ms, 64 ms), the 16 ms minimum its doc recommends, the 64 ms cap ours)",
-		"Bounds: every library's lock and unlock call (relock's too) runs in a goroutine under a context cancelled after " + bound.String() + " (or at the caller's deadline); a call not done by then counts as hung and the run goes on, and one still running " + grace.String() + " after its context ended is abandoned (\"ignored cancellation\")",
+		"Bounds: every lock and unlock call, relock's, the peers' and the floors' alike, runs in a goroutine under a context with a timeout of " + bound.String() + " (in the handoff, the run's end + 1 s); a call not done by then counts as hung and the run goes on, and one still running " + grace.String() + " after its context ended is abandoned (\"ignored cancellation\"). rueidis-based code (relock, rueidislock, the floors) honours that context; go-redis-based code (redsync, bsm/redislock) ignores it for its network I/O by default",
 	}
 }
 
