@@ -506,7 +506,7 @@ func redlockVsRedsync(r *report) {
 			return unlock()
 		},
 	}
-	sec := section{title: "5. RedLock, N = 5", note: "Lock+Unlock over 5 nodes (on this one machine), all up, then with one paused (SIGSTOP). relock's node timeout defaults to TTL/20 capped at 500 ms (30 s watchdog: 500 ms); redsync's is expiry × 0.05 (8 s: 400 ms).",
+	sec := section{title: "5. RedLock, N = 5", note: "Lock+Unlock over 5 nodes (on this one machine), all up, then with one paused (SIGSTOP). relock's node timeout defaults to TTL/20 capped at 500 ms (30 s watchdog: 500 ms); redsync's is expiry × 0.05 (8 s: 400 ms). redsync's calls are bounded like the peers' elsewhere: a call still running at " + bound.String() + " counts as hung, its time shown is when it was given up on (" + (bound + grace).String() + " if it ignored its context: go-redis's default read timeout is 3 s), not when it would have ended.",
 		head: []string{"", "all up p50", "all up p99", "one paused, median of 3", "one paused, worst of 3", "hung"}}
 	up := map[string][]time.Duration{}
 	for _, n := range []string{"relock RedLock", "redsync"} {
