@@ -71,8 +71,11 @@ func (r *report) machine() {
 		fmt.Sprintf("Machine: %s, %d CPUs (%s), %s/%s, %s", host, runtime.NumCPU(), cpu, runtime.GOOS, runtime.GOARCH, runtime.Version()),
 		"Redis: " + redisVersion() + ", started on loopback by the benchmark, persistence off",
 		"Command: `cd bench && go run . " + strings.Join(os.Args[1:], " ") + "` (mode: " + mode + ")",
-		"Peers: rueidislock (rueidis " + moduleVersion("github.com/redis/rueidis") + ", defaults), go-redsync " + moduleVersion("github.com/go-redsync/redsync/v4") +
-			" (go-redis v9 pool, defaults), bsm/redislock " + moduleVersion("github.com/bsm/redislock") + " (10 ms linear backoff while waiting)",
+		"Peers, each in its defaults and in its best documented configuration (\"best\"): rueidislock (rueidis " + moduleVersion("github.com/redis/rueidis") +
+			"; defaults: KeyMajority 2, tracking without NOLOOP; best: KeyMajority 1 and NoLoopTracking, as its README recommends for one Redis ≥ 7.0.5), " +
+			"go-redsync " + moduleVersion("github.com/go-redsync/redsync/v4") + " (go-redis v9 pool; defaults, 32 tries 50–250 ms apart, retried while waiting: its docs recommend no other configuration), " +
+			"bsm/redislock " + moduleVersion("github.com/bsm/redislock") + " (go-redis v9; defaults: NoRetry, Obtain called again at once while waiting; best: ExponentialBackoff(16 ms, 64 ms), the 16 ms minimum its doc recommends, the 64 ms cap ours)",
+		"Bounds: every lock and unlock call, relock's, the peers' and the floors' alike, runs in a goroutine under a context with a timeout of " + bound.String() + " (in the handoff, the run's end + 1 s); a call not done by then counts as hung and the run goes on, and one still running " + grace.String() + " after its context ended is abandoned (\"ignored cancellation\"). rueidis-based code (relock, rueidislock, the floors) honours that context; go-redis-based code (redsync, bsm/redislock) ignores it for its network I/O by default",
 	}
 }
 
@@ -176,7 +179,6 @@ func moduleVersion(path string) string {
 type rawScripts struct {
 	rdb              rueidis.Client
 	acquire, release *rueidis.Lua
-	key              string
 }
 
 func newRawScripts(rdb rueidis.Client) *rawScripts {
@@ -187,24 +189,48 @@ func newRawScripts(rdb rueidis.Client) *rawScripts {
 		}
 		return rueidis.NewLuaScript(src)
 	}
-	return &rawScripts{rdb: rdb, acquire: load("rlock_acquire"), release: load("rlock_release"), key: "bench:raw"}
+	return &rawScripts{rdb: rdb, acquire: load("rlock_acquire"), release: load("rlock_release")}
 }
 
-func (r *rawScripts) forKey(g int) *rawScripts {
-	c := *r
-	c.key = "bench:raw:" + strconv.Itoa(g)
-	return &c
-}
+const rawField = "00000000-0000-0000-0000-000000000000:1"
 
-func (r *rawScripts) lockUnlock(ctx context.Context) error {
-	field := "00000000-0000-0000-0000-000000000000:1"
-	got, err := r.acquire.Exec(ctx, r.rdb, []string{r.key}, []string{"30000", field}).AsIntSlice()
+func (r *rawScripts) acquire1(ctx context.Context, key string) error {
+	got, err := r.acquire.Exec(ctx, r.rdb, []string{key}, []string{"30000", rawField}).AsIntSlice()
 	if err != nil {
 		return err
 	}
 	if len(got) != 3 || got[0] != 1 {
 		return fmt.Errorf("raw acquire replied %v", got)
 	}
-	keys := []string{r.key, "redisson_lock__channel:{" + r.key + "}", "relock_release:{" + r.key + "}"}
-	return r.release.Exec(ctx, r.rdb, keys, []string{field, "0", "", "!r1", "publish"}).Error()
+	return nil
 }
+
+func (r *rawScripts) release1(ctx context.Context, key string) error {
+	keys := []string{key, "redisson_lock__channel:{" + key + "}", "relock_release:{" + key + "}"}
+	return r.release.Exec(ctx, r.rdb, keys, []string{rawField, "0", "", "!r1", "publish"}).Error()
+}
+
+// rawLocker runs the raw scripts as a locker, so that the floors are measured the way the libraries are
+// (bounded: each call in a goroutine under a context with a timeout).
+type rawLocker struct{ r *rawScripts }
+
+func (l rawLocker) name() string { return "raw scripts" }
+func (l rawLocker) lock(ctx context.Context, key string) (func() error, error) {
+	if err := l.r.acquire1(ctx, key); err != nil {
+		return nil, err
+	}
+	return func() error { return l.r.release1(context.WithoutCancel(ctx), key) }, nil
+}
+func (l rawLocker) close() {}
+
+// pingLocker is the two-PINGs floor as a locker: one PING for the lock, one for the unlock.
+type pingLocker struct{ rdb rueidis.Client }
+
+func (l pingLocker) name() string { return "two PINGs" }
+func (l pingLocker) lock(ctx context.Context, _ string) (func() error, error) {
+	if err := l.rdb.Do(ctx, l.rdb.B().Ping().Build()).Error(); err != nil {
+		return nil, err
+	}
+	return func() error { return l.rdb.Do(context.WithoutCancel(ctx), l.rdb.B().Ping().Build()).Error() }, nil
+}
+func (l pingLocker) close() {}
