@@ -38,6 +38,14 @@ var (
 	redissonAcquireFailed = redissonScript("fair_acquire_failed")
 )
 
+// mixedFairLock starts a server with a relock Client (opts) and a Redisson fair-lock client (wait) on it,
+// and a run of parties on the lock, for up to 30 s.
+func mixedFairLock(t *testing.T, opts *relock.Options, wait time.Duration) (rueidis.Client, *relock.Client, *redissonFair, *fairRun) {
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	return rdb, newClient(t, srv, opts), newRedissonFair(rdb, wait), newFairRun(t, rdb, 30*time.Second)
+}
+
 // redissonSource returns testdata/redisson/<name>.lua, with its includes (testdata/redisson/lib).
 func redissonSource(name string) string {
 	src, err := luasrc.Load(os.DirFS(filepath.Join("testdata", "redisson")), name)
@@ -386,11 +394,7 @@ func TestFairLockWaiterDroppedFromQueueComesBack(t *testing.T) {
 	})
 
 	t.Run("by-hand", func(t *testing.T) {
-		srv := redistest.Start(t)
-		rdb := rawClient(t, srv)
-		c := newClient(t, srv, fastWatchdog)
-		java := newRedissonFair(rdb, redissonWait)
-		run := newFairRun(t, rdb, 30*time.Second)
+		rdb, c, java, run := mixedFairLock(t, fastWatchdog, redissonWait)
 		holder := relockParty{c, "holder"}
 		if err := holder.lock(run.ctx); err != nil {
 			t.Fatal(err)
@@ -492,11 +496,7 @@ func TestFairLockLongWaitingWaiterKeepsItsPlace(t *testing.T) {
 	opts := &relock.Options{WatchdogTimeout: time.Second, FairLockWaitTimeout: wait}
 
 	t.Run("behind-java-waiters", func(t *testing.T) {
-		srv := redistest.Start(t)
-		rdb := rawClient(t, srv)
-		c := newClient(t, srv, opts)
-		java := newRedissonFair(rdb, wait)
-		run := newFairRun(t, rdb, 30*time.Second)
+		rdb, c, java, run := mixedFairLock(t, opts, wait)
 		holder := javaParty{java, "holder"}
 		if err := holder.lock(run.ctx); err != nil {
 			t.Fatal(err)
@@ -529,11 +529,7 @@ func TestFairLockLongWaitingWaiterKeepsItsPlace(t *testing.T) {
 	})
 
 	t.Run("at-the-head", func(t *testing.T) {
-		srv := redistest.Start(t)
-		rdb := rawClient(t, srv)
-		c := newClient(t, srv, opts)
-		java := newRedissonFair(rdb, wait)
-		run := newFairRun(t, rdb, 30*time.Second)
+		rdb, c, java, run := mixedFairLock(t, opts, wait)
 		holder := relockParty{c, "holder"} // its key lives 1 s: the Java thread tries again every second
 		if err := holder.lock(run.ctx); err != nil {
 			t.Fatal(err)

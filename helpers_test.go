@@ -224,18 +224,10 @@ func (d *deployment) keys(t testing.TB) []string {
 	t.Helper()
 	seen := map[string]bool{}
 	var keys []string
-	for _, s := range d.servers {
-		if !s.Running() {
-			continue
-		}
-		node, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}, DisableCache: true, ForceSingleClient: true})
-		if err != nil {
-			t.Fatalf("connecting to %s: %v", s.Addr(), err)
-		}
+	for _, node := range nodeClients(t, d) {
 		found, err := node.Do(context.Background(), node.B().Keys().Pattern("*"+d.prefix+"*").Build()).AsStrSlice()
-		node.Close()
 		if err != nil {
-			t.Fatalf("KEYS on %s: %v", s.Addr(), err)
+			t.Fatalf("KEYS: %v", err)
 		}
 		for _, k := range found {
 			if !seen[k] {
