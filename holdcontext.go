@@ -72,9 +72,11 @@ func (h *hold) doneLocked() context.Context {
 	return h.ctx
 }
 
-// comparableContext reports whether ctx can be a map key (every context of the standard library can).
+// comparableContext reports whether ctx can safely be a map key: a pointer (every cancellable context of
+// the standard library is one). A comparable struct type may still hold an uncomparable value in an
+// interface field, which would make the map panic; such contexts go without the memo.
 func comparableContext(ctx context.Context) bool {
-	return reflect.TypeOf(ctx).Comparable()
+	return reflect.TypeOf(ctx).Kind() == reflect.Pointer
 }
 
 // valuesCtx is a context that ends with done (a hold's context) and carries the values of values (the
