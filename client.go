@@ -23,6 +23,7 @@ package relock
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,7 +73,8 @@ type Options struct {
 	Redis rueidis.ClientOption
 
 	// TracerProvider gives the tracer of relock's spans. Nil means the global one (otel.GetTracerProvider),
-	// which records nothing until an SDK is installed.
+	// which records nothing until an SDK is installed (otel.SetTracerProvider, before or after New): until
+	// then relock starts no spans, which would cost allocations and record nothing.
 	TracerProvider trace.TracerProvider
 
 	// MeterProvider gives the meter of relock's metrics. Nil means the global one (otel.GetMeterProvider).
@@ -104,9 +106,14 @@ type Client struct {
 	probing chan struct{}
 
 	holds   *holdTable
-	scripts runner // runs the scripts of locks, renewals and queues (rueidisRunner)
-	hub     *hub
-	tel     *telemetry
+	scripts runner    // runs the scripts of locks, renewals and queues (rueidisRunner)
+	guard   callGuard // how calls whose context can end are made (see callGuard)
+	owners  ownerFields
+	// attempts numbers acquisition attempts: an attempt's id (acquireCall.attempt) is its number, in base
+	// 36; with the owner's field, which holds the Client's ID, it names the attempt uniquely.
+	attempts atomic.Uint64
+	hub      *hub
+	tel      *telemetry
 
 	// life ends at Close; background work (undos) runs under it and is counted in bg.
 	life   context.Context
@@ -274,6 +281,11 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 		c.pubsub.Store(pubSharded)
 	}
 	c.scripts = rueidisRunner{c}
+	dial := o.Redis.Dialer.Timeout // what New dials with; a client given to Wrap, presumably the same
+	if dial <= 0 {
+		dial = rueidis.DefaultDialTimeout
+	}
+	c.guard.window = 2 * dial // the connection, then the handshake
 	c.holds = newHoldTable(c, o.WatchdogTimeout)
 	if c.tel, err = newTelemetry(tp, mp, c.holds.heldByKind); err != nil {
 		end()
@@ -281,6 +293,11 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 	}
 	c.hub = newHub(redisSubscriber{rdb}, life, c.cluster, c.shardedPubSub)
 	return c, nil
+}
+
+// attemptID returns a new acquisition attempt id.
+func (c *Client) attemptID() string {
+	return strconv.FormatUint(c.attempts.Add(1), 36)
 }
 
 // ID returns the Client's UUID, the first part of every owner field it writes.

@@ -111,7 +111,10 @@ func (m *composite) acquire(ctx context.Context, op string, kind lockKind, wait 
 	}
 	o := acquireOutcome(ok, err)
 	tel.acquired(ctx, kind, o, time.Since(start))
-	endSpan(span, o, err, AttrAttempts.Int(rounds), AttrWaitMS.Float64(millis(time.Since(start))))
+	if span.IsRecording() {
+		span.SetAttributes(AttrAttempts.Int(rounds), AttrWaitMS.Float64(millis(time.Since(start))))
+	}
+	endSpan(span, o, err)
 	if err != nil {
 		return false, wrapErrCtx(ctx, op, m.name, err)
 	}

@@ -42,6 +42,7 @@ type acquireCall struct {
 	field   string // the owner's field (spec.field)
 	join    bool   // the attempt may join the lock's wait queue
 	publish string // the publish command, for kinds whose acquisition may wake a waiter
+	attempt string // the attempt's id, new for each attempt: its undo names it (lua/lib/undone.lua)
 }
 
 // releaseCall is one release request.
@@ -82,16 +83,13 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 		}
 	}
 	k := holdKey{key: l.name, field: call.field}
-	sc := l.spec.acquire(call)
 	parent := ctx
 	lateJoin := false // an attempt that joins the queue may have run unseen: it may yet add an entry
-	ok, err := l.c.acquire(ctx, acquireOp{
-		kind: l.kind, name: l.name, channel: l.spec.waitChannel(call.field), wait: wait,
-		try: func(ctx context.Context) (bool, time.Duration, error) {
-			ok, wait, err := l.attempt(ctx, parent, k, lease, ttl, sc, call.join)
-			lateJoin = lateJoin || call.join && outcomeUnknown(err)
-			return ok, wait, err
-		},
+	ao := acquireOp{kind: l.kind, name: l.name, channel: l.spec.waitChannel(call.field), wait: wait}
+	ok, err := l.c.acquire(ctx, ao, func(ctx context.Context) (bool, time.Duration, error) {
+		ok, wait, err := l.attempt(ctx, parent, k, lease, ttl, call)
+		lateJoin = lateJoin || call.join && outcomeUnknown(err)
+		return ok, wait, err
 	})
 	if call.join {
 		q.done(k, ok, lateJoin)
@@ -103,7 +101,7 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 }
 
 // attempt runs the acquire script once.
-func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, sc scriptCall, join bool) (bool, time.Duration, error) {
+func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, call acquireCall) (bool, time.Duration, error) {
 	if _, err := l.c.holds.prepare(ctx, k); err != nil {
 		return false, 0, err
 	}
@@ -113,30 +111,29 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 			return false, 0, err
 		}
 	}
+	call.attempt = l.c.attemptID()
+	sc := l.spec.acquire(call)
 	sentAt := time.Now()
-	var reply []int64
+	var reply [3]int64
 	var err error
 	acked := int64(-1)
 	if l.ack.replicas > 0 {
 		var resp rueidis.RedisResult
 		resp, acked, err = l.c.runAcked(ctx, sc.script, sc.keys, sc.args, l.ack.replicas, l.ack.timeout)
 		if err == nil {
-			reply, err = resp.AsIntSlice()
+			reply, err = acquireReply(resp)
 		}
 	} else {
-		reply, err = l.c.scripts.runInts(ctx, sc)
+		reply, err = l.c.scripts.runAcquire(ctx, sc)
 	}
 	if err != nil {
 		if outcomeUnknown(err) {
-			l.undoAcquire(k, ttl)
+			l.undoAcquire(k, ttl, call.attempt)
 		}
 		return false, 0, err
 	}
-	if len(reply) != 3 {
-		return false, 0, errUnexpectedReply
-	}
 	if reply[0] == 1 && acked >= 0 && acked < l.ack.replicas {
-		return false, 0, l.rollBack(ctx, k, reply[1])
+		return false, 0, l.rollBack(ctx, k, reply[1], call.attempt)
 	}
 	switch reply[0] {
 	case 1:
@@ -153,7 +150,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	if reply[1] >= 0 {
 		wait = time.Duration(reply[1]) * time.Millisecond
 	}
-	if join {
+	if call.join {
 		q.waiting(k, l.kind, sentAt)
 		if m := q.maxSleep; m > 0 && (wait < 0 || wait > m) {
 			wait = m
@@ -165,26 +162,43 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 // rollBack releases the hold level an acquisition just took (count is the hold count it reached) because
 // the replicas did not acknowledge it. If the release cannot be confirmed, the undo goes on in the
 // background.
-func (l *RLock) rollBack(ctx context.Context, k holdKey, count int64) error {
+func (l *RLock) rollBack(ctx context.Context, k holdKey, count int64, attempt string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retryAttemptTimeout)
 	defer cancel()
 	if _, err := l.release(ctx, releaseCall{field: k.field, expected: strconv.FormatInt(count, 10)}); err != nil {
-		l.undoAcquire(k, l.c.watchdogTimeout) // releases count (the known count + 1) if it is still there
+		l.undoAcquire(k, l.c.watchdogTimeout, attempt) // releases count (the known count + 1) if it is still there
 	}
 	return ErrReplicaAck
 }
 
-// undoAcquire releases, in the background, the hold an acquisition may have taken although its reply was
-// lost (the context ended or the connection broke while the script was in flight). Without it, a lock
-// could stay taken by nobody until its TTL ran out. The release only happens if the hold count is the
-// one that acquisition would have produced, so trying again after an attempt whose outcome is unknown is
-// safe; the undo keeps trying until Redis answers or the hold it might undo has expired anyway. Until it
-// is done, the same owner's next operation on this lock waits.
-func (l *RLock) undoAcquire(k holdKey, ttl time.Duration) {
+// undoMarkTTL bounds how long the mark of an undone attempt lives (lua/lib/undone.lua). An attempt that
+// has not reached Redis when its undo does is delayed by the network or queued on a connection: it arrives
+// within a network delay, not a hold's TTL, or never. Marks are also left for attempts that ran without
+// taking the lock (a wait that was cancelled), so they must not outlive their use by much; the lock's
+// final release deletes them all.
+const undoMarkTTL = 2 * time.Second
+
+// undoAcquire releases, in the background, the hold an acquisition attempt may have taken although its
+// reply was lost (the context ended or the connection broke while the script was in flight). Without it,
+// a lock could stay taken by nobody until its TTL ran out. The undo first asks Redis whether the owner has
+// the hold count the attempt would have produced (lua/undo_acquire.lua): if it has, the attempt ran and
+// its level is released (a release expecting that count); if not, the attempt has not run yet, and a mark
+// left in Redis makes it change nothing if it arrives later (it may be delayed on a slow link, or queued
+// on a connection), so that an undo that overtakes its attempt does not leave an orphaned hold level.
+// Trying again after an attempt whose outcome is unknown is therefore safe; the undo keeps trying until
+// Redis answers or the hold it might undo has expired anyway. Until it is done, the same owner's next
+// operation on this lock waits.
+func (l *RLock) undoAcquire(k holdKey, ttl time.Duration, attempt string) {
 	prior, done := l.c.holds.settle(k)
-	call := releaseCall{field: k.field, expected: strconv.FormatInt(prior+1, 10)}
+	expected := strconv.FormatInt(prior+1, 10)
+	decide := scriptCall{script: scriptUndoAcquire, keys: []string{l.name, undoneKey(l.name)},
+		args: []string{k.field, expected, attempt, fmtMillis(min(ttl, undoMarkTTL))}}
+	call := releaseCall{field: k.field, expected: expected}
 	ran := l.c.goBackground(func(life context.Context) {
 		left := l.c.retryUnknown(life, time.Now().Add(ttl), func(ctx context.Context) (int64, error) {
+			if applied, err := l.c.scripts.runInt(ctx, decide); err != nil || applied == 0 {
+				return -1, err // not run, and now it never will
+			}
 			return l.release(ctx, call)
 		})
 		done(left) // -1 (the acquisition did not run, or no answer): the count stays what it was
@@ -273,7 +287,9 @@ func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 
 // newRelease is a release request of the owner field, with a fresh id, marked as sent first.
 func newRelease(field string) releaseCall {
-	return releaseCall{field: field, request: "!" + strconv.FormatUint(rand.Uint64(), 36)}
+	var id [14]byte // '!' and up to 13 base-36 digits
+	id[0] = '!'
+	return releaseCall{field: field, request: string(strconv.AppendUint(id[:1], rand.Uint64(), 36))}
 }
 
 // repeating marks a release request as sent again: the script then checks whether it was applied already

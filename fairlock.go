@@ -49,8 +49,8 @@ func (c *Client) FairLock(name string, opts ...LockOption) *FairLock {
 	alive := companion("relock_lock_alive", name)
 	// Every queue script's keys: the lock, the queue, Redisson's scores, relock's liveness, the channel.
 	keys := []string{name, companion("redisson_lock_queue", name), companion("redisson_lock_timeout", name), alive, channel}
-	s := &fairSpec{channel: channel, acquireKeys: slices.Clip(keys),
-		releaseKeys: append(slices.Clip(keys), companion("relock_release", name))}
+	s := &fairSpec{channel: channel, acquireKeys: append(slices.Clip(keys), undoneKey(name)),
+		releaseKeys: append(slices.Clip(keys), companion("relock_release", name), undoneKey(name))}
 	if o.fenced {
 		s.acquireKeys = append(s.acquireKeys, companion("redisson_lock_token", name))
 	}
@@ -69,8 +69,8 @@ func (c *Client) FairLock(name string, opts ...LockOption) *FairLock {
 // channel; their queue (waitQueue) is kept alive by the watchdog.
 type fairSpec struct {
 	channel     string
-	acquireKeys []string // the queue scripts' keys, and the fencing counter if fenced
-	releaseKeys []string // the queue scripts' keys, and the release record
+	acquireKeys []string // the queue scripts' keys, the undone attempts' marks, and the fencing counter if fenced
+	releaseKeys []string // the queue scripts' keys, the release record, the undone attempts' marks
 	aliveTTL    string   // how long a waiter stays alive unrefreshed: the watchdog timeout, ms
 	wait        string   // Redisson's fair lock wait time, ms
 	q           *waitQueue
@@ -82,12 +82,12 @@ func (s *fairSpec) countCall(string) *scriptCall    { return nil }
 func (s *fairSpec) mode() string                    { return "" }
 func (s *fairSpec) queue() *waitQueue               { return s.q }
 func (s *fairSpec) renewal(field string) renewal {
-	return renewal{script: scriptRenew, keys: s.acquireKeys[:1], args: []string{field}}
+	return renewal{script: scriptRenew, keys: s.acquireKeys[:1], field: field}
 }
 
 func (s *fairSpec) acquire(a acquireCall) scriptCall {
 	return scriptCall{script: scriptFairAcquire, keys: s.acquireKeys,
-		args: []string{a.ttl, a.field, s.aliveTTL, joinFlag(a.join), s.wait, unlockMessage, a.publish}}
+		args: []string{a.ttl, a.field, s.aliveTTL, joinFlag(a.join), s.wait, unlockMessage, a.publish, a.attempt}}
 }
 
 func (s *fairSpec) release(r releaseCall) scriptCall {

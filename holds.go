@@ -115,8 +115,7 @@ func (w *holdTable) acquired(k holdKey, a acquisition) {
 		h.kind, h.name, h.acquiredAt, h.keepAlive = a.kind, a.name, time.Now(), a.keepAlive
 		h.span = noSpan
 		if a.traced && !a.keepAlive { // no hold span where the acquisition was not traced (no SDK, or not sampled)
-			_, h.span = w.c.tel.tracer.Start(a.parent, "relock.hold")
-			h.span.SetAttributes(AttrLockName.String(a.name), AttrLockKind.String(a.kind.String()))
+			h.span = w.c.tel.startHold(a.parent, a.kind, a.name)
 		}
 	}
 	h.count = a.count
@@ -239,25 +238,28 @@ func (w *holdTable) endLocked(h *hold, cause error) ending {
 	return e
 }
 
-// report cancels the ended hold's context with its cause and records the end in its span and metrics.
+// report records the end of the hold in its span and metrics, then cancels its contexts with its cause:
+// whoever sees a hold context end finds the end already recorded.
 func (e ending) report(t *telemetry) {
 	h := e.h
 	if h == nil {
 		return
 	}
-	if h.cancel != nil {
-		h.cancel(e.cause)
-	}
-	for _, cancel := range e.derived {
-		cancel(e.cause)
-	}
+	defer func() {
+		if h.cancel != nil {
+			h.cancel(e.cause)
+		}
+		for _, cancel := range e.derived {
+			cancel(e.cause)
+		}
+	}()
 	ctx := context.Background()
-	t.holdTime.Record(ctx, e.held.Seconds(), t.byKind[h.kind])
+	t.holdTime.Record(ctx, e.held.Seconds(), t.byKind[h.kind].record...)
 	o := outcomeReleased
 	if errors.Is(e.cause, ErrLockLost) {
 		o = outcomeGone
 		if e.cause != errLeaseExpired {
-			t.losses.Add(ctx, 1, t.byKind[h.kind])
+			t.losses.Add(ctx, 1, t.byKind[h.kind].add...)
 		}
 	}
 	if h.span.IsRecording() {

@@ -23,7 +23,7 @@ var errNoAnswer = errors.New("connection reset")
 type fakeRunner struct {
 	mu      sync.Mutex
 	int     func(call scriptCall) (int64, error)
-	ints    func(call scriptCall) ([]int64, error)
+	acquire func(call scriptCall) ([3]int64, error)
 	batch   func(call scriptCall) ([]int64, error) // one run of a batch
 	batches []fakeBatch
 }
@@ -41,9 +41,9 @@ func (f *fakeRunner) runInt(_ context.Context, call scriptCall) (int64, error) {
 	return fn(call)
 }
 
-func (f *fakeRunner) runInts(_ context.Context, call scriptCall) ([]int64, error) {
+func (f *fakeRunner) runAcquire(_ context.Context, call scriptCall) ([3]int64, error) {
 	f.mu.Lock()
-	fn := f.ints
+	fn := f.acquire
 	f.mu.Unlock()
 	return fn(call)
 }
@@ -234,11 +234,14 @@ func TestSyncLostAcquisitionIsUndone(t *testing.T) {
 		var undos []scriptCall
 		answered := make(chan struct{})
 		f := &fakeRunner{batch: allRenewed}
-		f.ints = func(scriptCall) ([]int64, error) { return nil, errNoAnswer }
+		f.acquire = func(scriptCall) ([3]int64, error) { return [3]int64{}, errNoAnswer }
 		f.int = func(call scriptCall) (int64, error) {
 			undos = append(undos, call)
 			if len(undos) < 3 {
 				return 0, errNoAnswer
+			}
+			if call.script == scriptUndoAcquire {
+				return 1, nil // the attempt ran: release its level
 			}
 			close(answered)
 			return 0, nil
@@ -252,7 +255,7 @@ func TestSyncLostAcquisitionIsUndone(t *testing.T) {
 		}
 		// The owner's next attempt waits for the undo (3 sendings, 50 ms apart).
 		f.mu.Lock()
-		f.ints = func(scriptCall) ([]int64, error) { return []int64{1, 1, 0}, nil }
+		f.acquire = func(scriptCall) ([3]int64, error) { return [3]int64{1, 1, 0}, nil }
 		f.mu.Unlock()
 		start := time.Now()
 		if ok, err := l.TryLock(ctx, 0, 0); !ok || err != nil {
@@ -266,11 +269,18 @@ func TestSyncLostAcquisitionIsUndone(t *testing.T) {
 		if waited := time.Since(start); waited != 2*retryBackoff {
 			t.Errorf("the next attempt waited %v, want %v", waited, 2*retryBackoff)
 		}
-		for _, u := range undos {
-			// ARGV: owner field, message, expected count, request, publish command.
-			if u.args[0] != c.id+":owner" || u.args[2] != "1" || u.args[3] != "" {
-				t.Fatalf("undo sent %v, want the owner's release of count 1", u.args)
+		if len(undos) != 4 {
+			t.Fatalf("the undo sent %d scripts, want 4 (3 decisions, the last answered, then the release)", len(undos))
+		}
+		for _, u := range undos[:3] {
+			// ARGV: owner field, expected count, attempt id, mark TTL.
+			if u.script != scriptUndoAcquire || u.args[0] != c.id+":owner" || u.args[1] != "1" || u.args[2] != undos[0].args[2] {
+				t.Fatalf("undo sent %s %v, want the decision on the owner's count 1 and the lost attempt", u.script.name, u.args)
 			}
+		}
+		// ARGV: owner field, message, expected count, request, publish command.
+		if u := undos[3]; u.script != scriptRelease || u.args[0] != c.id+":owner" || u.args[2] != "1" || u.args[3] != "" {
+			t.Fatalf("undo sent %s %v, want the owner's release of count 1", u.script.name, u.args)
 		}
 	})
 }
@@ -281,7 +291,7 @@ func TestSyncUnlockWithEndedContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		releases := 0
 		f := &fakeRunner{batch: allRenewed,
-			ints: func(scriptCall) ([]int64, error) { return []int64{1, 1, 0}, nil },
+			acquire: func(scriptCall) ([3]int64, error) { return [3]int64{1, 1, 0}, nil },
 			int: func(call scriptCall) (int64, error) {
 				releases++
 				if releases < 4 {

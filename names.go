@@ -58,6 +58,12 @@ func companion(prefix, name string) string {
 	return prefix + ":" + nameBase(name)
 }
 
+// undoneKey is the hash where undone acquisition attempts of the lock name leave their marks
+// (lua/lib/undone.lua).
+func undoneKey(name string) string {
+	return companion("relock_undone", name)
+}
+
 // slot returns the Redis Cluster slot of key (CRC16/XMODEM of its slot key, mod 16384).
 func slot(key string) uint16 {
 	s, _ := slotKey(key)

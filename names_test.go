@@ -40,7 +40,7 @@ func relockKeys(name string) lockKeys {
 		fairWaiterChannel: fl.spec.waitChannel("c:7"),
 		rwChannel:         rw.ReadLock().channel,
 		rwReadHold:        rr.base + ":c:7:rwlock_timeout:1",
-		token:             rl.spec.(*rlockSpec).acquireKeys[1],
+		token:             rl.spec.(*rlockSpec).acquireKeys[2], // after the lock and its undone attempts
 	}
 }
 

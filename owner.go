@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/relock-go/relock/internal/goid"
 )
@@ -39,11 +40,37 @@ func OwnerToken(ctx context.Context) (token string, ok bool) {
 
 // ownerField resolves the owner of a call as the hash field "<clientUUID>:<token>".
 func (c *Client) ownerField(ctx context.Context) (string, error) {
-	token, err := ownerToken(ctx)
+	token, ok, err := givenToken(ctx)
 	if err != nil {
 		return "", err
 	}
-	return c.id + ":" + token, nil
+	if ok {
+		return c.id + ":" + token, nil
+	}
+	return c.owners.goroutine(c.id, goid.ID()), nil
+}
+
+// ownerFields remembers the owner fields of the goroutines that called last, so that a goroutine's calls
+// do not build the same string each time. Goroutine IDs are never reused, so an entry is never wrong; a
+// goroutine whose slot another took builds its field again.
+type ownerFields struct {
+	slots [256]atomic.Pointer[goroutineOwner]
+}
+
+type goroutineOwner struct {
+	id    uint64
+	field string
+}
+
+// goroutine returns the owner field of the goroutine with ID id on the Client with ID client.
+func (f *ownerFields) goroutine(client string, id uint64) string {
+	slot := &f.slots[id%uint64(len(f.slots))]
+	if o := slot.Load(); o != nil && o.id == id {
+		return o.field
+	}
+	o := &goroutineOwner{id: id, field: client + ":" + strconv.FormatUint(id, 10)}
+	slot.Store(o)
+	return o.field
 }
 
 // resolvedOwnerKey carries a token ownerToken already resolved, so that goroutines working for the
@@ -54,17 +81,24 @@ type resolvedOwnerKey struct{}
 // ownerToken is the one rule that decides the owner token of a call: the token the caller carries, else
 // the calling goroutine's ID.
 func ownerToken(ctx context.Context) (string, error) {
+	if token, ok, err := givenToken(ctx); ok || err != nil {
+		return token, err
+	}
+	return strconv.FormatUint(goid.ID(), 10), nil
+}
+
+// givenToken returns the owner token ctx carries, if it carries one.
+func givenToken(ctx context.Context) (string, bool, error) {
 	if token, ok := ctx.Value(resolvedOwnerKey{}).(string); ok {
-		return token, nil
+		return token, true, nil
 	}
 	if token, ok := OwnerToken(ctx); ok {
 		if !validToken(token) {
-			return "", ErrInvalidOwner
+			return "", true, ErrInvalidOwner
 		}
-		return token, nil
+		return token, true, nil
 	}
-	var buf [20]byte
-	return string(strconv.AppendUint(buf[:0], goid.ID(), 10)), nil
+	return "", false, nil
 }
 
 // withResolvedOwner returns ctx carrying the owner token of the call that made it, for the goroutines

@@ -11,11 +11,11 @@ package relock
 func (c *Client) Lock(name string, opts ...LockOption) *RLock {
 	o := buildOptions(opts)
 	s := &rlockSpec{name: name, channel: companion("redisson_lock__channel", name)}
-	s.acquireKeys = []string{name}
+	s.acquireKeys = []string{name, undoneKey(name)}
 	if o.fenced {
 		s.acquireKeys = append(s.acquireKeys, companion("redisson_lock_token", name))
 	}
-	s.releaseKeys = []string{name, s.channel, companion("relock_release", name)}
+	s.releaseKeys = []string{name, s.channel, companion("relock_release", name), undoneKey(name)}
 	return newLock(c, kindRLock, name, o, s.channel, s)
 }
 
@@ -23,7 +23,7 @@ func (c *Client) Lock(name string, opts ...LockOption) *RLock {
 type rlockSpec struct {
 	name, channel string
 	acquireKeys   []string // the lock, and the fencing counter if fenced
-	releaseKeys   []string // the lock, the channel, the release record
+	releaseKeys   []string // the lock, the channel, the release record, the undone attempts' marks
 }
 
 func (s *rlockSpec) field(owner string) string    { return owner }
@@ -32,10 +32,10 @@ func (s *rlockSpec) countCall(string) *scriptCall { return nil }
 func (s *rlockSpec) mode() string                 { return "" }
 func (s *rlockSpec) queue() *waitQueue            { return nil }
 func (s *rlockSpec) renewal(field string) renewal {
-	return renewal{script: scriptRenew, keys: s.acquireKeys[:1], args: []string{field}}
+	return renewal{script: scriptRenew, keys: s.acquireKeys[:1], field: field}
 }
 func (s *rlockSpec) acquire(a acquireCall) scriptCall {
-	return scriptCall{script: scriptAcquire, keys: s.acquireKeys, args: []string{a.ttl, a.field}}
+	return scriptCall{script: scriptAcquire, keys: s.acquireKeys, args: []string{a.ttl, a.field, a.attempt}}
 }
 
 func (s *rlockSpec) release(r releaseCall) scriptCall {

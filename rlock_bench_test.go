@@ -59,9 +59,9 @@ func newRawLock(b *testing.B, rdb rueidis.Client, name, owner string) *rawLock {
 	field := "00000000-0000-0000-0000-000000000000:" + owner
 	return &rawLock{
 		rdb: rdb, acquire: load("rlock_acquire"), release: load("rlock_release"),
-		acqKeys: []string{name},
-		relKeys: []string{name, "redisson_lock__channel:{" + name + "}", "relock_release:{" + name + "}"},
-		acqArgs: []string{"30000", field},
+		acqKeys: []string{name, "relock_undone:{" + name + "}"},
+		relKeys: []string{name, "redisson_lock__channel:{" + name + "}", "relock_release:{" + name + "}", "relock_undone:{" + name + "}"},
+		acqArgs: []string{"30000", field, "a1"}, // an attempt id, as relock sends one
 		relArgs: []string{field, "0", "", "!r1", "publish"},
 	}
 }
@@ -274,15 +274,26 @@ func BenchmarkHandoff(b *testing.B) {
 }
 
 // BenchmarkRatios interleaves, in every iteration, two PINGs, the raw acquire and release scripts, and a
-// relock Lock+Unlock on the same rueidis client, so that a noisy machine slows all three alike. It
-// reports each one's mean time and the ratios between them: lock/raw is relock's own overhead.
+// relock Lock+Unlock with context.Background() and with a context that has a deadline, on the same rueidis
+// client, so that a noisy machine slows all of them alike. It reports each one's mean time and the ratios
+// between them: lock/raw is relock's own overhead, deadline/lock what a deadline adds.
 func BenchmarkRatios(b *testing.B) {
 	rdb, c := benchClient(b)
 	rawLock := newRawLock(b, rdb, "bench:ratio-raw", "1")
 	ctx := context.Background()
+	dctx, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
 	ping := rdb.B().Ping().Build().Pin()
 	l := c.Lock("bench:ratio-lock")
-	var pings, raw, lock time.Duration
+	lockUnlock := func(ctx context.Context) {
+		if err := l.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var pings, raw, lock, deadline time.Duration
 	for b.Loop() {
 		t0 := time.Now()
 		if rdb.Do(ctx, ping).Error() != nil || rdb.Do(ctx, ping).Error() != nil {
@@ -293,19 +304,76 @@ func BenchmarkRatios(b *testing.B) {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		if err := l.Lock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
+		lockUnlock(ctx)
 		t3 := time.Now()
-		pings, raw, lock = pings+t1.Sub(t0), raw+t2.Sub(t1), lock+t3.Sub(t2)
+		lockUnlock(dctx)
+		t4 := time.Now()
+		pings, raw, lock, deadline = pings+t1.Sub(t0), raw+t2.Sub(t1), lock+t3.Sub(t2), deadline+t4.Sub(t3)
 	}
 	n := float64(b.N)
 	b.ReportMetric(float64(pings.Microseconds())/n, "2ping-µs")
 	b.ReportMetric(float64(raw.Microseconds())/n, "raw-µs")
 	b.ReportMetric(float64(lock.Microseconds())/n, "lock-µs")
+	b.ReportMetric(float64(deadline.Microseconds())/n, "lock-deadline-µs")
 	b.ReportMetric(float64(lock)/float64(raw), "lock/raw")
+	b.ReportMetric(float64(deadline)/float64(lock), "deadline/lock")
 	b.ReportMetric(float64(raw)/float64(pings), "raw/2ping")
+}
+
+// BenchmarkParallel64Ratio is Lock+Unlock by 64 goroutines on 64 keys against the raw scripts through the
+// same rueidis client (which pipelines them onto shared connections), interleaved: every iteration runs
+// one round of each, all 64 goroutines at once, raw and relock in alternating order. It reports the pairs
+// per second of each and lock/raw, relock's share of the raw throughput.
+func BenchmarkParallel64Ratio(b *testing.B) {
+	const workers = 64
+	rdb, c := benchClient(b)
+	ctx := context.Background()
+	raws := make([]*rawLock, workers)
+	locks := make([]*relock.RLock, workers)
+	for i := range workers {
+		raws[i] = newRawLock(b, rdb, "bench:p64-raw:"+strconv.Itoa(i), strconv.Itoa(i))
+		locks[i] = c.Lock("bench:p64-lock:" + strconv.Itoa(i))
+	}
+	const perRound = 8 // pairs per goroutine per round
+	round := func(op func(w int) error) time.Duration {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range perRound {
+					if err := op(w); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	rawOp := func(w int) error { return raws[w].lockUnlock(ctx) }
+	lockOp := func(w int) error {
+		if err := locks[w].Lock(ctx); err != nil {
+			return err
+		}
+		return locks[w].Unlock(ctx)
+	}
+	var raw, lock time.Duration
+	i := 0
+	for b.Loop() {
+		if i%2 == 0 {
+			raw += round(rawOp)
+			lock += round(lockOp)
+		} else {
+			lock += round(lockOp)
+			raw += round(rawOp)
+		}
+		i++
+	}
+	pairs := float64(b.N * workers * perRound)
+	b.ReportMetric(pairs/raw.Seconds(), "raw-pairs/s")
+	b.ReportMetric(pairs/lock.Seconds(), "lock-pairs/s")
+	b.ReportMetric(raw.Seconds()/lock.Seconds(), "lock/raw-throughput")
 }

@@ -55,3 +55,76 @@ func TestRepeatedReleaseRequestReleasesOnce(t *testing.T) {
 		})
 	}
 }
+
+// An undo that reaches Redis before the acquisition attempt it undoes (delayed on a slow link, or queued
+// on a connection) makes that attempt change nothing when it arrives; an undo that comes after its attempt
+// releases the level the attempt took. The owner already holds each lock once, so the attempts are
+// reentries. Here the late attempt is sent by hand after its undo, with the id the undo named.
+func TestUndoOvertakingItsAttempt(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := New([]string{srv.Addr()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(WithOwner(context.Background(), "owner"), 10*time.Second)
+	defer cancel()
+	rw := c.ReadWriteLock("overtaken-rw")
+	for _, l := range []*RLock{c.Lock("overtaken"), c.FairLock("overtaken-fair"), rw.ReadLock(), rw.WriteLock()} {
+		t.Run(l.kind.String(), func(t *testing.T) {
+			if _, err := l.tryLock(ctx, "lock", -1, 0); err != nil {
+				t.Fatal(err)
+			}
+			owner, err := c.ownerField(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			field := l.spec.field(owner)
+			k := holdKey{key: l.name, field: field}
+			count := func() string {
+				t.Helper()
+				n, err := c.rdb.Do(ctx, c.rdb.B().Hget().Key(l.name).Field(field).Build()).ToString()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			attempt := func(id string) [3]int64 { // the attempt, arriving; its reply goes nowhere
+				t.Helper()
+				reply, err := c.scripts.runAcquire(ctx, l.spec.acquire(acquireCall{
+					ttl: c.watchdogTimeoutArg, owner: owner, field: field, attempt: id}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return reply
+			}
+
+			late := c.attemptID()
+			l.undoAcquire(k, c.watchdogTimeout, late)
+			l.settled(ctx)
+			if got := attempt(late); got != [3]int64{-2, 0, 0} {
+				t.Fatalf("the attempt arriving after its undo replied %v, want [-2 0 0]", got)
+			}
+			if n := count(); n != "1" {
+				t.Fatalf("hold count after the undone attempt arrived: %s, want 1", n)
+			}
+
+			early := c.attemptID()
+			if got := attempt(early); got[0] != 1 || got[1] != 2 {
+				t.Fatalf("the attempt replied %v, want [1 2 _]", got)
+			}
+			l.undoAcquire(k, c.watchdogTimeout, early)
+			l.settled(ctx)
+			if n := count(); n != "1" {
+				t.Fatalf("hold count after the undo of an attempt that ran: %s, want 1", n)
+			}
+
+			if err := l.unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := c.rdb.Do(ctx, c.rdb.B().Hexists().Key(l.name).Field(field).Build()).AsBool(); n || err != nil {
+				t.Fatalf("the owner's field after its last Unlock: %v, %v", n, err)
+			}
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -785,16 +786,17 @@ func TestLostAcquireReplyIsUndone(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Lock with Redis paused = %v", err)
 		}
-		// On resume Redis runs the acquisition nobody waits for (its script calls HSET); relock's undo must
-		// release it, long before the 30 s watchdog TTL would.
+		// On resume Redis runs the acquisition nobody waits for; relock's undo must release it, long before
+		// the 30 s watchdog TTL would. Every acquisition run calls HDEL (lib/undone.lua), the undo's
+		// decision is one script, and its release, when the acquisition ran first, calls HINCRBY.
 		var acquired bool
 		var last string
 		eventually(t, 5*time.Second, "the orphaned hold is released", func() bool {
 			calls := commandCalls(t, rdb)
 			n, _ := do(t, rdb, "EXISTS", "lost-reply").AsInt64()
-			acquired = calls["hset"] == 1
+			acquired = calls["hincrby"] == 1
 			last = fmt.Sprintf("exists=%d calls=%v", n, calls)
-			return n == 0 && calls["evalsha"] == 1+calls["hset"] // the undo, and the acquisition if it ran
+			return n == 0 && calls["evalsha"] == calls["hdel"]+1+calls["hincrby"]
 		}, func() string { return last })
 		if acquired {
 			break
@@ -873,4 +875,57 @@ func TestWaiterRidesOutRestart(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the waiter hangs after the restart")
 	}
+}
+
+// A call that finds its connection being dialled again by another call must still return by its own
+// deadline. Here the server is cut off (connections reset, new ones accepted and never answered) and a
+// call without a deadline re-dials, which takes rueidis's 5 s dial timeout; calls with a 200 ms deadline
+// made meanwhile (rueidis spreads them over its connections, some of them the one being dialled) return
+// within it.
+func TestCallsDuringRedialKeepTheirDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	c := clientAt(t, proxy.Addr, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	for i := range 8 { // every connection is in use
+		if err := c.Lock("warm" + strconv.Itoa(i)).Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy.Stall(faultnet.Downstream, true)
+	proxy.Cut()
+	// Each of these meets a connection the cut broke (an error at once) or dials one into the stall.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = c.Lock("stuck").TryLock(relock.WithOwner(context.Background(), "slow"+strconv.Itoa(i)), 0, 0)
+		}()
+	}
+	defer func() {
+		proxy.Stall(faultnet.Downstream, false)
+		proxy.Cut()
+		wg.Wait()
+	}()
+	time.Sleep(100 * time.Millisecond)
+	var calls sync.WaitGroup
+	for i := range 16 {
+		calls.Add(1)
+		go func() {
+			defer calls.Done()
+			opCtx, cancel := context.WithTimeout(relock.WithOwner(ctx, "quick"+strconv.Itoa(i)), 200*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := c.Lock("quick").TryLock(opCtx, 0, 0)
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("TryLock with a 200 ms deadline returned after %v (%v)", d, err)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("TryLock = %v, want context.DeadlineExceeded", err)
+			}
+		}()
+	}
+	calls.Wait()
 }

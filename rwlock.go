@@ -55,8 +55,9 @@ func WithWriterPriority() LockOption {
 func (c *Client) ReadWriteLock(name string, opts ...LockOption) *ReadWriteLock {
 	o := buildOptions(opts)
 	channel, writers := companion("redisson_rwlock", name), companion("relock_rwlock_writers", name)
-	shared := rwKeys{base: nameBase(name), lockKeys: []string{name, writers},
-		releaseKeys: []string{name, channel, companion("relock_rwlock_release", name)}}
+	base := nameBase(name)
+	shared := rwKeys{base: base, baseArg: []string{base}, lockKeys: []string{name, writers, undoneKey(name)},
+		releaseKeys: []string{name, channel, companion("relock_rwlock_release", name), undoneKey(name)}}
 
 	ro := o
 	ro.fenced = false
@@ -88,8 +89,9 @@ const writerSuffix = ":write"
 // rwKeys are what both halves of a read-write lock address: lua/rw_*.lua.
 type rwKeys struct {
 	base        string   // starts the read-hold keys: "{<name>}", or the name when it holds a "{"
-	lockKeys    []string // the lock, and the waiting priority writers
-	releaseKeys []string // the lock, the channel, the release records
+	baseArg     []string // base, as the last arg of a reader's renewal
+	lockKeys    []string // the lock, the waiting priority writers, the undone attempts' marks
+	releaseKeys []string // the lock, the channel, the release records, the undone attempts' marks
 }
 
 func (k *rwKeys) release(sc *script, r releaseCall) scriptCall {
@@ -111,11 +113,11 @@ func (s *readSpec) mode() string                     { return "read" }
 func (s *readSpec) queue() *waitQueue                { return nil }
 func (s *readSpec) release(r releaseCall) scriptCall { return s.rwKeys.release(scriptRWReadRelease, r) }
 func (s *readSpec) acquire(a acquireCall) scriptCall {
-	return scriptCall{script: scriptRWReadAcquire, keys: s.lockKeys, args: []string{a.ttl, a.field, a.field + writerSuffix, s.base}}
+	return scriptCall{script: scriptRWReadAcquire, keys: s.lockKeys, args: []string{a.ttl, a.field, a.field + writerSuffix, s.base, a.attempt}}
 }
 
 func (s *readSpec) renewal(field string) renewal {
-	return renewal{script: scriptRWReadRenew, keys: s.lockKeys[:1], args: []string{field, s.base}}
+	return renewal{script: scriptRWReadRenew, keys: s.lockKeys[:1], field: field, args: s.baseArg}
 }
 
 // countCall: a reader's field may outlive its hold (its levels expired while others read).
@@ -139,10 +141,10 @@ func (s *writeSpec) release(r releaseCall) scriptCall {
 	return s.rwKeys.release(scriptRWWriteRelease, r)
 }
 func (s *writeSpec) renewal(field string) renewal {
-	return renewal{script: scriptRenew, keys: s.lockKeys[:1], args: []string{field}}
+	return renewal{script: scriptRenew, keys: s.lockKeys[:1], field: field}
 }
 
 func (s *writeSpec) acquire(a acquireCall) scriptCall {
 	return scriptCall{script: scriptRWWriteAcquire, keys: s.acquireKeys,
-		args: []string{a.ttl, a.field, a.owner, s.aliveTTL, joinFlag(a.join), s.base}}
+		args: []string{a.ttl, a.field, a.owner, s.aliveTTL, joinFlag(a.join), s.base, a.attempt}}
 }

@@ -5,10 +5,12 @@ import (
 	"crypto/sha1"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"io/fs"
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -44,6 +46,7 @@ var (
 	scriptAcquire      = loadScript("rlock_acquire")
 	scriptRelease      = loadScript("rlock_release")
 	scriptForceRelease = loadScript("rlock_force_release")
+	scriptUndoAcquire  = loadScript("undo_acquire")
 	scriptRenew        = loadScript("rlock_renew")
 
 	scriptFairAcquire      = loadScript("fair_acquire")
@@ -66,10 +69,10 @@ var (
 // run is the one path every script takes to Redis: each call is a single round trip (EVALSHA; EVAL only
 // after NOSCRIPT). Scripts are never retried on a network error, because none of them is idempotent.
 func (c *Client) run(ctx context.Context, s *script, keys, args []string) rueidis.RedisResult {
-	if ctx.Done() == nil {
-		return s.lua.Exec(ctx, c.rdb, keys, args)
+	if !c.guard.needed(ctx) {
+		return c.guard.observe(s.lua.Exec(ctx, c.rdb, keys, args))
 	}
-	return withinDeadline(ctx, func() rueidis.RedisResult { return s.lua.Exec(ctx, c.rdb, keys, args) }, rueidis.NewErrorResult)
+	return withinDeadline(ctx, func() rueidis.RedisResult { return c.guard.observe(s.lua.Exec(ctx, c.rdb, keys, args)) }, rueidis.NewErrorResult)
 }
 
 // runner runs scripts whose replies are integers: the seam between rueidis and the state machines that
@@ -78,8 +81,8 @@ func (c *Client) run(ctx context.Context, s *script, keys, args []string) rueidi
 type runner interface {
 	// runInt runs one script whose reply is an integer.
 	runInt(ctx context.Context, call scriptCall) (int64, error)
-	// runInts runs one script whose reply is a list of integers.
-	runInts(ctx context.Context, call scriptCall) ([]int64, error)
+	// runAcquire runs one acquisition script, whose reply is three integers.
+	runAcquire(ctx context.Context, call scriptCall) ([3]int64, error)
 	// runBatch runs many scripts at once, each replying a list of integers: one round trip per node.
 	runBatch(ctx context.Context, calls []scriptCall) ([][]int64, []error)
 }
@@ -91,8 +94,30 @@ func (r rueidisRunner) runInt(ctx context.Context, call scriptCall) (int64, erro
 	return r.c.run(ctx, call.script, call.keys, call.args).AsInt64()
 }
 
-func (r rueidisRunner) runInts(ctx context.Context, call scriptCall) ([]int64, error) {
-	return r.c.run(ctx, call.script, call.keys, call.args).AsIntSlice()
+func (r rueidisRunner) runAcquire(ctx context.Context, call scriptCall) ([3]int64, error) {
+	return acquireReply(r.c.run(ctx, call.script, call.keys, call.args))
+}
+
+// acquireReply reads an acquisition's reply, three integers, without allocating.
+func acquireReply(r rueidis.RedisResult) ([3]int64, error) {
+	var reply [3]int64
+	msg, err := r.ToMessage()
+	if err != nil {
+		return reply, err
+	}
+	vals, err := msg.ToArray()
+	if err != nil {
+		return reply, err
+	}
+	if len(vals) != len(reply) {
+		return reply, errUnexpectedReply
+	}
+	for i := range vals {
+		if reply[i], err = vals[i].AsInt64(); err != nil {
+			return reply, err
+		}
+	}
+	return reply, nil
 }
 
 // runBatch sends every call at once: rueidis pipelines concurrent calls into one write per connection, so
@@ -111,7 +136,7 @@ func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]in
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b.replies[i], b.errs[i] = call.script.lua.Exec(ctx, r.c.rdb, call.keys, call.args).AsIntSlice()
+				b.replies[i], b.errs[i] = r.c.guard.observe(call.script.lua.Exec(ctx, r.c.rdb, call.keys, call.args)).AsIntSlice()
 			}()
 		}
 		wg.Wait()
@@ -138,10 +163,11 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 			wait = c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
 			resps = c.rdb.DoMulti(ctx, c.rdb.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
 		}
+		c.guard.observe(resps[0])
 		return resps
 	}
 	var resps []rueidis.RedisResult
-	if ctx.Done() == nil {
+	if !c.guard.needed(ctx) {
 		resps = call()
 	} else {
 		resps = withinDeadline(ctx, call, func(err error) []rueidis.RedisResult {
@@ -157,17 +183,46 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 
 // do runs one plain command, under the same deadline guarantee as run.
 func (c *Client) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if ctx.Done() == nil {
-		return c.rdb.Do(ctx, cmd)
+	if !c.guard.needed(ctx) {
+		return c.guard.observe(c.rdb.Do(ctx, cmd))
 	}
-	return withinDeadline(ctx, func() rueidis.RedisResult { return c.rdb.Do(ctx, cmd) }, rueidis.NewErrorResult)
+	return withinDeadline(ctx, func() rueidis.RedisResult { return c.guard.observe(c.rdb.Do(ctx, cmd)) }, rueidis.NewErrorResult)
 }
 
-// withinDeadline returns call's result, or failed(ctx's error) as soon as ctx ends. rueidis honours ctx
-// while a command waits for its reply, but a call that finds its connection being re-established waits
-// for that dial, which runs under the context of whichever call started it: with a stalled or
-// unreachable server, a call with a 100 ms deadline could wait seconds. The call goes on in its own
-// goroutine until rueidis returns (at the latest when that dial ends); the caller does not wait for it.
+// callGuard decides how a call whose context can end is made. rueidis honours a call's ctx while it
+// waits for a reply: a call alone on a connection sets the connection's deadline to ctx's (an expiry
+// breaks the connection), and a call queued behind others waits for its reply or ctx, whichever comes
+// first. Two waits ignore ctx: a call that finds its connection being dialled again waits for that dial,
+// which runs under the context of whichever call started it (rueidis bounds it by the dial timeout, for
+// the connection and again for the handshake); and a call that finds a connection's ring of pending
+// commands full waits for a free slot. Connections are dialled again only after one broke, which
+// the call that met it reports as an error that is not Redis's; so after such an error, for long enough
+// that every dial it may cause has ended (twice the dial timeout), calls are guarded by withinDeadline,
+// and otherwise made on the caller's goroutine at no cost. What this leaves unguarded: a connection first
+// dialled lazily (rueidis spreads calls over several per server) just as the server stops answering, or
+// broken by the application's own use of a Client it passed to Wrap, and the full ring, which takes more
+// than a thousand calls in flight on one connection of a server that stopped answering.
+type callGuard struct {
+	window time.Duration
+	until  atomic.Int64 // UnixNano until which calls are guarded
+}
+
+// needed reports whether a call with ctx must be guarded.
+func (g *callGuard) needed(ctx context.Context) bool {
+	return ctx.Done() != nil && time.Now().UnixNano() < g.until.Load()
+}
+
+// observe notes a result that may mean a connection broke, and returns it.
+func (g *callGuard) observe(r rueidis.RedisResult) rueidis.RedisResult {
+	if err := r.NonRedisError(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		g.until.Store(time.Now().Add(g.window).UnixNano())
+	}
+	return r
+}
+
+// withinDeadline returns call's result, or failed(ctx's error) as soon as ctx ends. The call goes on in
+// its own goroutine until rueidis returns (at the latest when the dial it waits for ends); the caller does
+// not wait for it.
 func withinDeadline[T any](ctx context.Context, call func() T, failed func(error) T) T {
 	done := make(chan T, 1)
 	go func() { done <- call() }()

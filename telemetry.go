@@ -3,8 +3,10 @@ package relock
 import (
 	"context"
 	"errors"
+	"reflect"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -95,6 +97,9 @@ func (o outcome) String() string {
 // measurement allocates nothing.
 type telemetry struct {
 	tracer trace.Tracer
+	// global: tracer is the unset global provider's, which records nothing until an SDK is installed
+	// (otel.SetTracerProvider); until then relock starts no spans, which would cost allocations for nothing.
+	global bool
 
 	acquisitions metric.Int64Counter     // relock.acquisitions {kind, outcome}
 	waitTime     metric.Float64Histogram // relock.wait.duration {kind, outcome}
@@ -103,13 +108,35 @@ type telemetry struct {
 	losses       metric.Int64Counter     // relock.losses {kind}
 	held         metric.Registration     // relock.held {kind}, observed from the watchdog's table
 
-	byKindOutcome [numKinds][numOutcomes]metric.MeasurementOption
-	byKind        [numKinds]metric.MeasurementOption
-	byOutcome     [numOutcomes]metric.MeasurementOption
+	// The attribute sets of measurements, as the instruments' variadic options take them (a slice made at
+	// each call would be allocated: the instruments are interfaces).
+	byKindOutcome [numKinds][numOutcomes]attrs
+	byKind        [numKinds]attrs
+	byOutcome     [numOutcomes]attrs
 }
 
+// attrs is one attribute set as each kind of instrument takes it.
+type attrs struct {
+	add     []metric.AddOption
+	record  []metric.RecordOption
+	observe []metric.ObserveOption
+}
+
+// unsetGlobalTracerProvider is the global TracerProvider as the otel package has it before an SDK is
+// installed, or nil if one was installed before this package was initialized. Its tracers' spans record
+// nothing and only carry their parent's span context.
+var unsetGlobalTracerProvider = func() trace.TracerProvider {
+	tp := otel.GetTracerProvider()
+	if t := reflect.TypeOf(tp); t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global" {
+		return tp
+	}
+	return nil
+}()
+
 func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, observeHeld func() [numKinds]int64) (*telemetry, error) {
-	t := &telemetry{tracer: tp.Tracer(instrumentationName)}
+	// A comparison with the unset provider, a pointer, never panics; one with any provider could (a struct
+	// value holding a slice is not comparable).
+	t := &telemetry{tracer: tp.Tracer(instrumentationName), global: unsetGlobalTracerProvider != nil && tp == unsetGlobalTracerProvider}
 	m := mp.Meter(instrumentationName)
 	// Every instrument is made; what failed is returned, joined.
 	var errs [6]error
@@ -131,18 +158,18 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, observeHeld 
 	}
 	for k := lockKind(0); k < numKinds; k++ {
 		kind := AttrLockKind.String(k.String())
-		t.byKind[k] = metric.WithAttributeSet(attribute.NewSet(kind))
+		t.byKind[k] = attributeSet(kind)
 		for o := outcome(0); o < numOutcomes; o++ {
-			t.byKindOutcome[k][o] = metric.WithAttributeSet(attribute.NewSet(kind, AttrOutcome.String(o.String())))
+			t.byKindOutcome[k][o] = attributeSet(kind, AttrOutcome.String(o.String()))
 		}
 	}
 	for o := outcome(0); o < numOutcomes; o++ {
-		t.byOutcome[o] = metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String(o.String())))
+		t.byOutcome[o] = attributeSet(AttrOutcome.String(o.String()))
 	}
 	t.held, err = m.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 		counts := observeHeld()
 		for k, n := range counts {
-			obs.ObserveInt64(heldGauge, n, t.byKind[k])
+			obs.ObserveInt64(heldGauge, n, t.byKind[k].observe...)
 		}
 		return nil
 	}, heldGauge)
@@ -152,17 +179,37 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, observeHeld 
 	return t, nil
 }
 
+// attributeSet is the attribute set of kvs, as options of each kind of instrument.
+func attributeSet(kvs ...attribute.KeyValue) attrs {
+	o := metric.WithAttributeSet(attribute.NewSet(kvs...))
+	return attrs{add: []metric.AddOption{o}, record: []metric.RecordOption{o}, observe: []metric.ObserveOption{o}}
+}
+
 func (t *telemetry) close() {
 	_ = t.held.Unregister()
 }
 
 // startSpan starts one of relock's spans and, when it records, names the lock it is about.
 func (t *telemetry) startSpan(ctx context.Context, name string, kind lockKind, lock string) (context.Context, trace.Span) {
+	if t.silent() {
+		return ctx, noSpan
+	}
 	ctx, span := t.tracer.Start(ctx, name)
 	if span.IsRecording() {
 		span.SetAttributes(AttrLockName.String(lock), AttrLockKind.String(kind.String()))
 	}
 	return ctx, span
+}
+
+// startHold starts the span of a hold, a child of the acquiring call's span.
+func (t *telemetry) startHold(parent context.Context, kind lockKind, lock string) trace.Span {
+	_, span := t.startSpan(parent, "relock.hold", kind, lock)
+	return span
+}
+
+// silent reports whether the tracer is the global one with no SDK behind it.
+func (t *telemetry) silent() bool {
+	return t.global && otel.GetTracerProvider() == unsetGlobalTracerProvider
 }
 
 // endSpan records how the operation ended and ends the span.
@@ -180,8 +227,9 @@ func endSpan(span trace.Span, o outcome, err error, attrs ...attribute.KeyValue)
 
 // acquired records the end of an acquisition.
 func (t *telemetry) acquired(ctx context.Context, kind lockKind, o outcome, wait time.Duration) {
-	t.acquisitions.Add(ctx, 1, t.byKindOutcome[kind][o])
-	t.waitTime.Record(ctx, wait.Seconds(), t.byKindOutcome[kind][o])
+	a := &t.byKindOutcome[kind][o]
+	t.acquisitions.Add(ctx, 1, a.add...)
+	t.waitTime.Record(ctx, wait.Seconds(), a.record...)
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

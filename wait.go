@@ -18,22 +18,24 @@ type acquireOp struct {
 	name    string
 	channel string        // where the lock's releases are announced
 	wait    time.Duration // < 0: as long as ctx allows; 0: one attempt
-	try     attempt
 }
 
 // acquire runs op in the shared wait loop, inside a "relock.acquire" span, and records its outcome.
-func (c *Client) acquire(ctx context.Context, op acquireOp) (bool, error) {
+func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, error) {
 	start := time.Now()
 	ctx, span := c.tel.startSpan(ctx, "relock.acquire", op.kind, op.name)
 	attempts := 0
 	ok, err := c.acquireWaiting(ctx, op.channel, op.wait, func(ctx context.Context) (bool, time.Duration, error) {
 		attempts++
-		return op.try(ctx)
+		return try(ctx)
 	})
 	o := acquireOutcome(ok, err)
 	wait := time.Since(start)
 	c.tel.acquired(ctx, op.kind, o, wait)
-	endSpan(span, o, err, AttrAttempts.Int(attempts), AttrWaitMS.Float64(millis(wait)))
+	if span.IsRecording() {
+		span.SetAttributes(AttrAttempts.Int(attempts), AttrWaitMS.Float64(millis(wait)))
+	}
+	endSpan(span, o, err)
 	return ok, err
 }
 

@@ -2,6 +2,7 @@ package relock
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -38,14 +39,14 @@ func (q *waitQueue) prepare(ctx context.Context, k holdKey) error {
 func (q *waitQueue) waiting(k holdKey, kind lockKind, sentAt time.Time) {
 	q.c.holds.acquired(q.entryKey(k), acquisition{
 		kind: kind, count: 1, sentAt: sentAt, keepAlive: true,
-		renew: renewal{script: q.refresh.script, keys: q.refresh.keys, args: q.refreshArgs(k)},
+		renew: renewal{script: q.refresh.script, keys: q.refresh.keys, field: k.field, args: q.refreshArgs()},
 	})
 }
 
-// refreshArgs are the refresh script's args for the owner of k: its field, then the refresh's args, and the
+// refreshArgs are the refresh script's args that follow an owner's field: the refresh's args, and the
 // publish command (known by now: the owner's attempt found it out) if the script takes it.
-func (q *waitQueue) refreshArgs(k holdKey) []string {
-	args := append([]string{k.field}, q.refresh.args...)
+func (q *waitQueue) refreshArgs() []string {
+	args := slices.Clone(q.refresh.args)
 	if q.publishes {
 		args = append(args, q.c.knownPublishCommand())
 	}

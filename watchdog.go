@@ -20,7 +20,8 @@ const renewBatchSize = 500
 type renewal struct {
 	script *script
 	keys   []string
-	args   []string
+	field  string   // the owner's field, the hold's first arg
+	args   []string // the args that follow it, the same for every hold of the lock
 	// check asks the script to extend nothing and only say whether the hold is there (a lease hold, which
 	// the watchdog watches for a loss without renewing it): the script is given 0 as the timeout.
 	check bool
@@ -190,7 +191,7 @@ func (w *holdTable) runRenewals(ctx context.Context, due []renewal) ([]int64, er
 			call := scriptCall{script: g.script, args: []string{ttl}}
 			for _, i := range part {
 				call.keys = append(call.keys, due[i].keys...)
-				call.args = append(call.args, due[i].args...)
+				call.args = append(append(call.args, due[i].field), due[i].args...)
 			}
 			calls, parts = append(calls, call), append(parts, part)
 		}
@@ -263,13 +264,13 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 	w.mu.Unlock()
 	ctx := context.Background()
 	if renewed > 0 {
-		t.renewals.Add(ctx, renewed, t.byOutcome[outcomeRenewed])
+		t.renewals.Add(ctx, renewed, t.byOutcome[outcomeRenewed].add...)
 	}
 	if failed > 0 {
-		t.renewals.Add(ctx, failed, t.byOutcome[outcomeRenewFailed])
+		t.renewals.Add(ctx, failed, t.byOutcome[outcomeRenewFailed].add...)
 	}
 	if gone > 0 {
-		t.renewals.Add(ctx, gone, t.byOutcome[outcomeGone])
+		t.renewals.Add(ctx, gone, t.byOutcome[outcomeGone].add...)
 	}
 	reportAll(t, ended)
 }

@@ -97,7 +97,7 @@ func BenchmarkTelemetryNoProvider(b *testing.B) {
 		actx, span := tel.startSpan(ctx, "relock.acquire", kindRLock, "bench")
 		tel.acquired(actx, kindRLock, outcomeAcquired, time.Microsecond)
 		endSpan(span, outcomeAcquired, nil, AttrAttempts.Int(1), AttrWaitMS.Float64(0.1))
-		_, holdSpan := tel.tracer.Start(ctx, "relock.hold")
+		holdSpan := tel.startHold(actx, kindRLock, "bench")
 		e := ending{h: &hold{kind: kindRLock, span: holdSpan}, cause: context.Canceled, held: time.Millisecond}
 		_, uspan := tel.startSpan(ctx, "relock.unlock", kindRLock, "bench")
 		e.report(tel)

@@ -6,7 +6,8 @@
 -- KEYS[3]  the Redisson scores, redisson_lock_timeout:{<name>} (see lib/queue.lua)
 -- KEYS[4]  relock's waiters' alive times, relock_lock_alive:{<name>} (see lib/queue.lua)
 -- KEYS[5]  the channel prefix, redisson_lock__channel:{<name>}; a waiter listens on "<prefix>:<owner>"
--- KEYS[6]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
+-- KEYS[6]  the undone attempts' marks, relock_undone:{<name>} (see lib/undone.lua)
+-- KEYS[7]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
 -- ARGV[1]  how long the hold lives, in milliseconds (the lease, or the watchdog timeout)
 -- ARGV[2]  the owner field
 -- ARGV[3]  how long the owner stays alive without a refresh, in milliseconds (the watchdog timeout)
@@ -15,6 +16,7 @@
 -- ARGV[5]  Redisson's fair lock wait time (Config.fairLockWaitTimeout), in milliseconds
 -- ARGV[6]  the message that wakes a waiter ("0")
 -- ARGV[7]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
+-- ARGV[8]  the attempt's id
 --
 -- Dead waiters are dropped from the head of the queue first. An owner that has an alive entry but is
 -- missing from the queue (a Redisson client dropped it, or it was removed by hand) goes back to the head,
@@ -28,10 +30,16 @@
 --                                lock's remaining time to live (-1: the key has no expiry, wait for the
 --                                notification); for a waiter behind it, the time until the head would
 --                                count as dead if it stopped refreshing.
+--         {-2, 0, 0}             when this attempt was undone before it arrived (see lib/undone.lua):
+--                                nothing changed, and nobody waits for the reply.
 -- @include lib/clock.lua
 -- @include lib/queue.lua
 -- @include lib/hold.lua
+-- @include lib/undone.lua
 
+if undone(KEYS[6], ARGV[2], ARGV[8]) then
+  return {-2, 0, 0}
+end
 local now = now_ms()
 local owner = ARGV[2]
 local aliveTTL, wait = tonumber(ARGV[3]), tonumber(ARGV[5])
@@ -54,13 +62,13 @@ if free then
     redis.call('zrem', KEYS[3], owner)
     redis.call('zrem', KEYS[4], owner)
     shorten_waits(KEYS[3], redis.call('zrange', KEYS[3], 0, -1), wait)
-    return first_hold(KEYS[1], owner, ttl, KEYS[6])
+    return first_hold(KEYS[1], owner, ttl, KEYS[7])
   end
   -- The head may be asleep: its notification went to a dead waiter just dropped, or never came (a
   -- Redisson waiter ahead of it gave up, which wakes nobody).
   redis.call(ARGV[7], KEYS[5] .. ':' .. head, ARGV[6])
 elseif redis.call('hexists', KEYS[1], owner) == 1 then
-  return reenter(KEYS[1], owner, ttl, KEYS[6])
+  return reenter(KEYS[1], owner, ttl, KEYS[7])
 end
 
 -- Not acquired: refresh the owner's entries, or join the queue at its end, with Redisson's score.

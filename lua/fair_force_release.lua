@@ -6,6 +6,7 @@
 -- KEYS[4]  relock's waiters' alive times (see fair_acquire.lua)
 -- KEYS[5]  the channel prefix, redisson_lock__channel:{<name>}
 -- KEYS[6]  the release record
+-- KEYS[7]  the undone attempts' marks (see lib/undone.lua)
 -- ARGV[1]  the unlock message
 -- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
@@ -14,6 +15,6 @@
 -- @include lib/queue.lua
 
 local deleted = redis.call('del', KEYS[1])
-redis.call('del', KEYS[6])
+redis.call('del', KEYS[6], KEYS[7])
 wake_live_head(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[1], now_ms())
 return deleted

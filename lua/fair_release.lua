@@ -7,6 +7,7 @@
 -- KEYS[4]  relock's waiters' alive times (see fair_acquire.lua)
 -- KEYS[5]  the channel prefix, redisson_lock__channel:{<name>}; a waiter listens on "<prefix>:<owner>"
 -- KEYS[6]  the release record (see rlock_release.lua)
+-- KEYS[7]  the undone attempts' marks, deleted with the lock (see rlock_release.lua)
 -- ARGV[1]  the owner field
 -- ARGV[2]  the unlock message ("0")
 -- ARGV[3]  '' or the hold count the owner must have (the undo of an acquisition whose reply was lost)
@@ -19,7 +20,7 @@
 -- @include lib/release.lua
 -- @include lib/queue.lua
 
-local left = release_hold(KEYS[1], KEYS[6], ARGV[1], ARGV[3], ARGV[4])
+local left = release_hold(KEYS[1], KEYS[6], KEYS[7], ARGV[1], ARGV[3], ARGV[4])
 if left ~= 0 then
   return left
 end

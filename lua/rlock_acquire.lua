@@ -1,10 +1,12 @@
 -- Acquire or re-enter a reentrant lock, in Redisson's RLock layout.
 --
 -- KEYS[1]  the lock: a hash whose field is the owner ("<clientUUID>:<token>") and whose value is the hold count
--- KEYS[2]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>} (Redisson's RFencedLock
+-- KEYS[2]  the undone attempts' marks, relock_undone:{<name>} (see lib/undone.lua)
+-- KEYS[3]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>} (Redisson's RFencedLock
 --          counter). It has no expiry, so tokens keep increasing across the lock's expiries.
 -- ARGV[1]  how long the hold lives, in milliseconds (the lease, or the Client's watchdog timeout)
 -- ARGV[2]  the owner field
+-- ARGV[3]  the attempt's id
 --
 -- Returns {1, holdCount, token} when the owner now holds the lock: a first acquisition has count 1 and, if
 --                              fenced, a new token (the counter incremented); a reentry has the new count
@@ -13,13 +15,20 @@
 --         {0, pttl, 0}         when another owner holds it; pttl is the lock's remaining time to live in
 --                              milliseconds, or -1 when the key has no expiry (a waiter then waits for the
 --                              release message alone).
+--         {-2, 0, 0}             when this attempt was undone before it arrived (see lib/undone.lua):
+--                                nothing changed, and nobody waits for the reply.
 -- @include lib/hold.lua
+-- @include lib/undone.lua
+
+if undone(KEYS[2], ARGV[2], ARGV[3]) then
+  return {-2, 0, 0}
+end
 
 local ttl = tonumber(ARGV[1])
 if redis.call('exists', KEYS[1]) == 0 then
-  return first_hold(KEYS[1], ARGV[2], ttl, KEYS[2])
+  return first_hold(KEYS[1], ARGV[2], ttl, KEYS[3])
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  return reenter(KEYS[1], ARGV[2], ttl, KEYS[2])
+  return reenter(KEYS[1], ARGV[2], ttl, KEYS[3])
 end
 return {0, redis.call('pttl', KEYS[1]), 0}

@@ -3,13 +3,14 @@
 -- KEYS[1]  the lock key
 -- KEYS[2]  the release channel
 -- KEYS[3]  the lock's release record (see rlock_release.lua), deleted with it
+-- KEYS[4]  the undone attempts' marks (see lib/undone.lua), deleted with it
 -- ARGV[1]  the unlock message
 -- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
 -- Returns 1 when a lock was deleted, 0 when there was none (nothing is published then). The fencing token
 -- counter is kept: tokens go on increasing.
 if redis.call('del', KEYS[1]) == 1 then
-  redis.call('del', KEYS[3])
+  redis.call('del', KEYS[3], KEYS[4])
   redis.call(ARGV[2], KEYS[2], ARGV[1])
   return 1
 end

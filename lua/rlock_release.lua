@@ -5,6 +5,7 @@
 -- KEYS[3]  the release record, relock_release:{<name>}: "<owner field> <request id>" of the last release
 --          that left its owner still holding the lock (one owner holds an RLock at a time). It lives no
 --          longer than the lock and is deleted with it.
+-- KEYS[4]  the undone attempts' marks, relock_undone:{<name>}, deleted with the lock (see lib/undone.lua)
 -- ARGV[1]  the owner field
 -- ARGV[2]  the unlock message ("0", as Redisson's LockPubSub.UNLOCK_MESSAGE)
 -- ARGV[3]  '' or the hold count the owner must have for the release to happen. Used to undo an acquisition
@@ -20,7 +21,7 @@
 --         0 means the lock was deleted and ARGV[2] published.
 -- @include lib/release.lua
 
-local left = release_hold(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[4])
+local left = release_hold(KEYS[1], KEYS[3], KEYS[4], ARGV[1], ARGV[3], ARGV[4])
 if left ~= 0 then
   return left
 end

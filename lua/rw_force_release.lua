@@ -4,6 +4,7 @@
 -- KEYS[1]  the lock hash (see rw_read_acquire.lua)
 -- KEYS[2]  the channel, redisson_rwlock:{<name>}
 -- KEYS[3]  the release record
+-- KEYS[4]  the undone attempts' marks (see lib/undone.lua)
 -- ARGV[1]  the message ("1": wakes every waiter)
 -- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 -- ARGV[3]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
@@ -20,6 +21,6 @@ for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
     end
   end
 end
-redis.call('del', KEYS[1], KEYS[3])
+redis.call('del', KEYS[1], KEYS[3], KEYS[4])
 redis.call(ARGV[2], KEYS[2], ARGV[1])
 return 1

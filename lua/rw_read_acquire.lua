@@ -6,19 +6,28 @@
 --          own: a reader whose Client stops renewing is gone when its keys are, whatever others do.
 -- KEYS[2]  the waiting writers that asked for priority, relock_rwlock_writers:{<name>}: a sorted set of
 --          owners scored with the time (ms, Redis's clock) until which each counts as alive
+-- KEYS[3]  the undone attempts' marks, relock_undone:{<name>} (see lib/undone.lua)
 -- ARGV[1]  how long the hold lives, in milliseconds
 -- ARGV[2]  the owner field (the reader's field)
 -- ARGV[3]  the same owner's writer field, "<owner>:write": a writer may take the read lock (downgrade)
 -- ARGV[4]  the lock's base: "{<name>}", or the name itself when it holds a "{" (Redisson's suffixName), so that
 --          the read-hold keys share the lock's slot
+-- ARGV[5]  the attempt's id
 --
 -- Returns {1, readCount, 0} when the owner now holds the read lock (first or reentrant);
 --         {0, wait, 0}      when it must wait: wait (ms) is how long it may sleep before trying again
 --                           unless notified: the lock's remaining time to live when a writer holds it
 --                           (-1: no expiry), or the time until the first live priority writer's entry
 --                           expires when it yields to waiting writers.
+--         {-2, 0, 0}             when this attempt was undone before it arrived (see lib/undone.lua):
+--                                nothing changed, and nobody waits for the reply.
 -- @include lib/clock.lua
 -- @include lib/hold.lua
+-- @include lib/undone.lua
+
+if undone(KEYS[3], ARGV[2], ARGV[5]) then
+  return {-2, 0, 0}
+end
 
 local ttl = tonumber(ARGV[1])
 local owner = ARGV[2]

@@ -5,6 +5,7 @@
 -- KEYS[2]  the channel, redisson_rwlock:{<name>}
 -- KEYS[3]  the release record, relock_rwlock_release:{<name>}: a hash from owner field to the request id of
 --          its last release that left it holding (see rlock_release.lua; read-write locks have many holders)
+-- KEYS[4]  the undone attempts' marks, relock_undone:{<name>}, deleted with the lock (see lib/undone.lua)
 -- ARGV[1]  the owner field
 -- ARGV[2]  the message ("0": wakes one waiter per Client, a writer in practice)
 -- ARGV[3]  '' or the read count the owner must have (the undo of an acquisition whose reply was lost)
@@ -50,6 +51,6 @@ for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
     redis.call('hdel', KEYS[1], field)
   end
 end
-redis.call('del', KEYS[1], KEYS[3])
+redis.call('del', KEYS[1], KEYS[3], KEYS[4])
 redis.call(ARGV[5], KEYS[2], ARGV[2])
 return 0

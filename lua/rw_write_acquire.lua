@@ -2,21 +2,30 @@
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the waiting writers that asked for priority (see rw_read_acquire.lua)
--- KEYS[3]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
+-- KEYS[3]  the undone attempts' marks, relock_undone:{<name>} (see lib/undone.lua)
+-- KEYS[4]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
 -- ARGV[1]  how long the hold lives, in milliseconds
 -- ARGV[2]  the owner's writer field, "<owner>:write"
 -- ARGV[3]  the owner's reader field, "<owner>"
 -- ARGV[4]  with priority, how long the writer's waiting entry lives unrefreshed (ms); '' without
 -- ARGV[5]  '1' to join the waiting writers (priority, and willing to wait); '0' otherwise
 -- ARGV[6]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
+-- ARGV[7]  the attempt's id
 --
 -- Returns {1, writeCount, token} when the owner now holds the write lock (token: 0 when not fenced);
 --         {0, wait, 0}           when it must wait: wait is the lock's remaining time to live (-1: none);
 --         {-1, 0, 0}             when the owner holds the read lock: the write lock would wait for it
 --                                forever (an upgrade), so the caller fails at once.
+--         {-2, 0, 0}             when this attempt was undone before it arrived (see lib/undone.lua):
+--                                nothing changed, and nobody waits for the reply.
 -- @include lib/clock.lua
 -- @include lib/readers.lua
 -- @include lib/hold.lua
+-- @include lib/undone.lua
+
+if undone(KEYS[3], ARGV[2], ARGV[7]) then
+  return {-2, 0, 0}
+end
 
 local ttl = tonumber(ARGV[1])
 local writer = ARGV[2]
@@ -47,10 +56,10 @@ end
 if not mode then
   redis.call('hset', KEYS[1], 'mode', 'write')
   redis.call('zrem', KEYS[2], writer)
-  return first_hold(KEYS[1], writer, ttl, KEYS[3])
+  return first_hold(KEYS[1], writer, ttl, KEYS[4])
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
-  return reenter(KEYS[1], writer, ttl, KEYS[3])
+  return reenter(KEYS[1], writer, ttl, KEYS[4])
 end
 if ARGV[4] ~= '' and ARGV[5] == '1' then
   local now = now_ms()

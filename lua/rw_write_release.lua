@@ -4,6 +4,7 @@
 -- KEYS[1]  the lock hash (see rw_read_acquire.lua)
 -- KEYS[2]  the channel, redisson_rwlock:{<name>}
 -- KEYS[3]  the release record (see rw_read_release.lua)
+-- KEYS[4]  the undone attempts' marks, deleted with the lock (see rw_read_release.lua)
 -- ARGV[1]  the owner's writer field, "<owner>:write"
 -- ARGV[2]  the message ("1", Redisson's READ_UNLOCK_MESSAGE: wakes every waiter)
 -- ARGV[3]  '' or the write count the owner must have (the undo of an acquisition whose reply was lost)
@@ -22,7 +23,7 @@ if left ~= 0 then
   return left
 end
 if redis.call('hlen', KEYS[1]) == 1 then
-  redis.call('del', KEYS[1], KEYS[3])
+  redis.call('del', KEYS[1], KEYS[3], KEYS[4])
 else
   redis.call('hset', KEYS[1], 'mode', 'read') -- the writer still reads: others may read too
 end

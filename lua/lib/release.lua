@@ -38,8 +38,9 @@ end
 --
 -- It returns -1 when the owner does not hold the lock (or not with the expected count): nothing changed;
 -- the owner's remaining hold count (for a repeat already applied, the current count, unchanged); or 0 when
--- that was the last hold: the lock and its record are then deleted, and the caller announces the release.
-local function release_hold(lock, record, field, expected, request)
+-- that was the last hold: the lock, its record and its undone attempts' marks (lib/undone.lua) are then
+-- deleted, and the caller announces the release.
+local function release_hold(lock, record, marks, field, expected, request)
   local id = field .. ' ' .. string.sub(request, 2)
   return release_one(lock, field, expected, request, {
     applied = function()
@@ -53,7 +54,7 @@ local function release_hold(lock, record, field, expected, request)
       end
     end,
     forget = function()
-      redis.call('del', lock, record)
+      redis.call('del', lock, record, marks)
     end,
   })
 end
