@@ -195,7 +195,8 @@ func newRawScripts(rdb rueidis.Client) *rawScripts {
 const rawField = "00000000-0000-0000-0000-000000000000:1"
 
 func (r *rawScripts) acquire1(ctx context.Context, key string) error {
-	got, err := r.acquire.Exec(ctx, r.rdb, []string{key}, []string{"30000", rawField}).AsIntSlice()
+	keys := []string{key, "relock_undone:{" + key + "}"} // the lock, its undone attempts (none here)
+	got, err := r.acquire.Exec(ctx, r.rdb, keys, []string{"30000", rawField, "a1"}).AsIntSlice()
 	if err != nil {
 		return err
 	}
@@ -206,7 +207,7 @@ func (r *rawScripts) acquire1(ctx context.Context, key string) error {
 }
 
 func (r *rawScripts) release1(ctx context.Context, key string) error {
-	keys := []string{key, "redisson_lock__channel:{" + key + "}", "relock_release:{" + key + "}"}
+	keys := []string{key, "redisson_lock__channel:{" + key + "}", "relock_release:{" + key + "}", "relock_undone:{" + key + "}"}
 	return r.release.Exec(ctx, r.rdb, keys, []string{rawField, "0", "", "!r1", "publish"}).Error()
 }
 
