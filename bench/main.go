@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,13 +29,14 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
 var (
 	quick = flag.Bool("quick", false, "a run of about a minute")
 	out   = flag.String("out", "../docs", "where to write benchmarks.md and benchmarks.svg")
-	only  = flag.String("only", "", "run only the scenarios whose function names are listed, comma-separated (uncontended, parallel, handoff, watchdog, redlock, relockOnly); the report then lacks the others")
+	only  = flag.String("only", "", "run only the scenarios listed, comma-separated (uncontended, parallel, handoff, watchdog, redlock, relockOnly, latency: the first three through a proxy adding 0.25 ms each way); the report then lacks the others")
 )
 
 // want reports whether scenario runs (see -only).
@@ -65,12 +67,13 @@ func main() {
 		name string
 		run  func()
 	}{
-		{"uncontended", func() { uncontended(r, srv) }},
-		{"parallel", func() { parallel(r, srv) }},
-		{"handoff", func() { handoff(r, srv) }},
+		{"uncontended", func() { uncontended(r, srv.Addr(), "1. Uncontended Lock+Unlock, one goroutine", 0) }},
+		{"parallel", func() { parallel(r, srv.Addr(), "2. 64 goroutines on 64 keys", 0) }},
+		{"handoff", func() { handoff(r, srv.Addr(), "3. Handoff", 0) }},
 		{"watchdog", func() { watchdog(r) }},
 		{"redlock", func() { redlockVsRedsync(r) }},
 		{"relockOnly", func() { relockOnly(r, srv) }},
+		{"latency", func() { latency(r, srv) }},
 	} {
 		if want(sc.name) {
 			sc.run()
@@ -156,21 +159,26 @@ func allocsPerOp(n int, fn func() error) float64 {
 	return float64(b.Mallocs-a.Mallocs) / float64(n)
 }
 
-// contenders returns every peer's lock, a plain client, and relock's raw scripts on it, all on srv, and the
-// function that closes them.
-func contenders(srv *redistest.Server) ([]locker, rueidis.Client, *rawScripts, func()) {
-	ls := peers(srv.Addr())
-	rdb, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+// contenders returns every peer's lock, a plain client, and relock's raw scripts on it, all on addr (the
+// server, or a proxy in front of it), and the function that closes them.
+func contenders(addr string) ([]locker, rueidis.Client, *rawScripts, func()) {
+	ls := peers(addr)
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		log.Fatal(err)
+	}
 	return ls, rdb, newRawScripts(rdb), func() {
 		closeAll(ls)
 		rdb.Close()
 	}
 }
 
-// uncontended: one goroutine, Lock+Unlock, interleaved with two PINGs and the raw scripts.
-func uncontended(r *report, srv *redistest.Server) {
+// uncontended: one goroutine, Lock+Unlock, interleaved with two PINGs and the raw scripts, every one on addr,
+// reported under title. lat is the latency a proxy at addr adds each way (0: addr is the server), which
+// sets the note and the targets.
+func uncontended(r *report, addr, title string, lat time.Duration) {
 	ctx := context.Background()
-	ls, rdb, raw, done := contenders(srv)
+	ls, rdb, raw, done := contenders(addr)
 	defer done()
 	// The floors run bounded like the libraries, so that the ratios compare like with like.
 	floors := []locker{&bounded{locker: pingLocker{rdb}}, &bounded{locker: rawLocker{raw}}}
@@ -202,8 +210,13 @@ func uncontended(r *report, srv *redistest.Server) {
 			samples[n] = append(samples[n], time.Since(t0))
 		}
 	}
-	sec := section{title: "1. Uncontended Lock+Unlock, one goroutine",
-		note: "Each round runs every operation once, interleaved. Each peer in its defaults and in its best documented configuration (\"best\"). Every call, the floors' and relock's too, runs bounded (see Bounds above): a PING or a raw script counts as a lock or an unlock call; hung: calls that did not complete within " + bound.String() + " (left out of the latencies). Target: relock ≤ 1.1 × the raw scripts, and faster than every peer in every configuration.",
+	note := "Each round runs every operation once, interleaved. Each peer in its defaults and in its best documented configuration (\"best\"). Every call, the floors' and relock's too, runs bounded (see Bounds above): a PING or a raw script counts as a lock or an unlock call; hung: calls that did not complete within " + bound.String() + " (left out of the latencies). Target: relock ≤ 1.1 × the raw scripts, and faster than every peer in every configuration."
+	if lat > 0 {
+		note = proxyNote(lat) + " Lock+Unlock is two round trips, so no contender can take less than " + msText(4*lat) + "; the two PINGs show what the proxy itself costs. " +
+			"Each round runs every operation once, interleaved. Each peer in its defaults and in its best documented configuration (\"best\"). Every call runs bounded as above; hung: calls that did not complete within " + bound.String() + " (left out of the latencies). " +
+			"Target: relock ≤ 1.1 × the raw scripts: whatever relock does besides its two scripts must not add round trips."
+	}
+	sec := section{title: title, note: note,
 		head: []string{"", "p50", "p99", "mean", "allocs/op", "× raw scripts", "hung"}}
 	rawMean := 0.0
 	for _, n := range names {
@@ -221,7 +234,9 @@ func uncontended(r *report, srv *redistest.Server) {
 		ds := samples[n]
 		sec.rows = append(sec.rows, []string{n, us(pct(ds, .5)), us(pct(ds, .99)), us(mean(ds)),
 			fmt.Sprintf("%.0f", allocsPerOp(200, ops[n])), fmt.Sprintf("%.2f", float64(mean(ds))/rawMean), hung[n]})
-		r.chart1 = append(r.chart1, bar{n, float64(mean(ds).Microseconds())})
+		if lat == 0 {
+			r.chart1 = append(r.chart1, bar{n, float64(mean(ds).Microseconds())})
+		}
 	}
 	relockMean := float64(mean(samples["relock"]))
 	bestPeer, bestName := 0.0, ""
@@ -231,15 +246,19 @@ func uncontended(r *report, srv *redistest.Server) {
 		}
 	}
 	sec.verdicts = append(sec.verdicts,
-		verdict(relockMean/rawMean <= 1.1, "relock = %.2f × the raw scripts (target ≤ 1.1)", relockMean/rawMean),
-		verdict(relockMean < bestPeer, "relock = %.2f × the fastest peer in any configuration, %s (target < 1)", relockMean/bestPeer, bestName))
+		verdict(relockMean/rawMean <= 1.1, "relock = %.2f × the raw scripts (target ≤ 1.1)", relockMean/rawMean))
+	if lat == 0 {
+		sec.verdicts = append(sec.verdicts,
+			verdict(relockMean < bestPeer, "relock = %.2f × the fastest peer in any configuration, %s (target < 1)", relockMean/bestPeer, bestName))
+	}
 	r.add(sec)
 }
 
-// parallel: 64 goroutines on distinct keys, lock/unlock pairs per second.
-func parallel(r *report, srv *redistest.Server) {
+// parallel: 64 goroutines on distinct keys, lock/unlock pairs per second, every contender on addr, reported
+// under title; lat as for uncontended.
+func parallel(r *report, addr, title string, lat time.Duration) {
 	ctx := context.Background()
-	ls, _, raw, done := contenders(srv)
+	ls, _, raw, done := contenders(addr)
 	defer done()
 	run := func(op func(g int) error) float64 {
 		var n atomic.Int64
@@ -263,8 +282,14 @@ func parallel(r *report, srv *redistest.Server) {
 		wg.Wait()
 		return float64(n.Load()) / dur(8*time.Second).Seconds()
 	}
-	sec := section{title: "2. 64 goroutines on 64 keys", note: "Lock+Unlock pairs per second, each peer in its defaults and in its best documented configuration (\"best\"); hung: calls that did not complete within " + bound.String() + " (not counted as pairs). Target: relock ≥ 2 × the best peer in any configuration.",
+	sec := section{title: title, note: "Lock+Unlock pairs per second, each peer in its defaults and in its best documented configuration (\"best\"); hung: calls that did not complete within " + bound.String() + " (not counted as pairs). Target: relock ≥ 2 × the best peer in any configuration.",
 		head: []string{"", "pairs/s", "× best peer", "hung"}}
+	if lat > 0 {
+		sec.note = proxyNote(lat) + " Each goroutine's Lock+Unlock takes two round trips, at least " + msText(4*lat) + ": what counts is how many a library keeps in flight at once (pipelining, or enough connections). " +
+			"Lock+Unlock pairs per second, each peer in its defaults and in its best documented configuration (\"best\"); hung: calls that did not complete within " + bound.String() + " (not counted as pairs). " +
+			"Target: relock ≥ 0.95 × the raw scripts, and ahead of every peer in its best configuration."
+		sec.head = []string{"", "pairs/s", "× raw scripts", "× best peer", "hung"}
+	}
 	var names []string
 	rates := map[string]float64{}
 	for _, l := range append([]locker{&bounded{locker: rawLocker{raw}}}, ls...) {
@@ -288,36 +313,62 @@ func parallel(r *report, srv *redistest.Server) {
 		hung[l.name()] = hungCount(l)
 	}
 	for _, n := range names {
+		if lat > 0 {
+			sec.rows = append(sec.rows, []string{n, fmt.Sprintf("%.0f", rates[n]), fmt.Sprintf("%.2f", rates[n]/rates["raw scripts"]), fmt.Sprintf("%.2f", rates[n]/best), hung[n]})
+			continue
+		}
 		sec.rows = append(sec.rows, []string{n, fmt.Sprintf("%.0f", rates[n]), fmt.Sprintf("%.2f", rates[n]/best), hung[n]})
 		r.chart2 = append(r.chart2, bar{n, rates[n]})
 	}
-	sec.verdicts = append(sec.verdicts, verdict(rates["relock"] >= 2*best, "relock = %.2f × the best peer in any configuration, %s (target ≥ 2)", rates["relock"]/best, bestName))
+	if lat > 0 {
+		sec.verdicts = append(sec.verdicts,
+			verdict(rates["relock"] >= 0.95*rates["raw scripts"], "relock = %.2f × the raw scripts (target ≥ 0.95)", rates["relock"]/rates["raw scripts"]),
+			verdict(rates["relock"] > best, "relock = %.2f × the best peer in any configuration, %s (target > 1)", rates["relock"]/best, bestName))
+	} else {
+		sec.verdicts = append(sec.verdicts, verdict(rates["relock"] >= 2*best, "relock = %.2f × the best peer in any configuration, %s (target ≥ 2)", rates["relock"]/best, bestName))
+	}
 	r.add(sec)
 }
 
 // handoff: two owners on two handles alternate, each holding 1 ms while the other waits; then 8 waiters
-// over two handles.
-func handoff(r *report, srv *redistest.Server) {
+// over two handles. Every handle is on addr; reported under title. lat as for uncontended: through a proxy
+// only the 2 owners run.
+func handoff(r *report, addr, title string, lat time.Duration) {
 	ctx := context.Background()
-	a, b := peers(srv.Addr()), peers(srv.Addr())
+	a, b := peers(addr), peers(addr)
 	defer closeAll(a)
 	defer closeAll(b)
-	sec := section{title: "3. Handoff", note: "Owners on two handles (clients), each holding 1 ms while the others wait. 2 owners: for each acquisition by an owner that had to wait, the time from the first Unlock call made while it waited to its acquisition (an owner passed over, by the releasing owner taking the lock straight back, keeps counting from that first release, so retry timers and barging count). 8 waiters: the time the lock sat free between two different owners, from an Unlock call to the next acquisition by another owner; min/max are acquisitions per waiter. Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Hung: lock calls still waiting 1 s after the run ended (the lock free by then), or unlock calls that took over " + bound.String() + ". Each peer in its defaults and in its best documented configuration (\"best\"). Target: relock's p50 below rueidislock's in either configuration, and no waiter starved.",
+	sec := section{title: title, note: "Owners on two handles (clients), each holding 1 ms while the others wait. 2 owners: for each acquisition by an owner that had to wait, the time from the first Unlock call made while it waited to its acquisition (an owner passed over, by the releasing owner taking the lock straight back, keeps counting from that first release, so retry timers and barging count). 8 waiters: the time the lock sat free between two different owners, from an Unlock call to the next acquisition by another owner; min/max are acquisitions per waiter. Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Hung: lock calls still waiting 1 s after the run ended (the lock free by then), or unlock calls that took over " + bound.String() + ". Each peer in its defaults and in its best documented configuration (\"best\"). Target: relock's p50 below rueidislock's in either configuration, and no waiter starved.",
 		head: []string{"", "2 owners p50", "2 owners p99", "8 waiters p50", "8 waiters p99", "8 waiters min/max", "overlaps", "hung"}}
+	if lat > 0 {
+		sec.note = proxyNote(lat) + " A handoff takes at least the release's trip to Redis and the news of it (a pub/sub message, an invalidation, or a retry's reply) back to the waiter, " + msText(2*lat) + ", plus the waiter's acquisition round trip, " + msText(2*lat) + ". " +
+			"2 owners on two handles (clients), each holding 1 ms while the other waits: for each acquisition by an owner that had to wait, the time from the first Unlock call made while it waited to its acquisition (an owner passed over keeps counting from that first release, so retry timers and barging count). Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Hung as above. Each peer in its defaults and in its best documented configuration (\"best\"). " +
+			"Target: relock's p50 below the faster rueidislock configuration's."
+		sec.head = []string{"", "2 owners p50", "2 owners p99", "overlaps", "hung"}
+	}
 	var relock2, relock8 time.Duration
 	rue2, rue8 := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
 	var rue2Name, rue8Name string
 	for i := range a {
 		two := alternate(ctx, []locker{a[i], b[i]}, 2, dur(8*time.Second))
-		eight := alternate(ctx, []locker{a[i], b[i]}, 8, dur(8*time.Second))
-		sec.rows = append(sec.rows, []string{a[i].name(), us(pct(two.waits, .5)), us(pct(two.waits, .99)),
-			us(pct(eight.gaps, .5)), us(pct(eight.gaps, .99)), fmt.Sprintf("%d / %d", eight.min, eight.max),
-			fmt.Sprint(two.overlaps + eight.overlaps), hungCount(a[i], b[i])})
+		var eight handoffResult
+		if lat == 0 {
+			eight = alternate(ctx, []locker{a[i], b[i]}, 8, dur(8*time.Second))
+			sec.rows = append(sec.rows, []string{a[i].name(), us(pct(two.waits, .5)), us(pct(two.waits, .99)),
+				us(pct(eight.gaps, .5)), us(pct(eight.gaps, .99)), fmt.Sprintf("%d / %d", eight.min, eight.max),
+				fmt.Sprint(two.overlaps + eight.overlaps), hungCount(a[i], b[i])})
+		} else {
+			sec.rows = append(sec.rows, []string{a[i].name(), us(pct(two.waits, .5)), us(pct(two.waits, .99)),
+				fmt.Sprint(two.overlaps), hungCount(a[i], b[i])})
+		}
 		switch a[i].name() {
 		case "relock":
 			relock2, relock8 = pct(two.waits, .5), pct(eight.gaps, .5)
+			if lat == 0 {
+				sec.verdicts = append(sec.verdicts,
+					verdict(eight.min > 0, "relock: fewest acquisitions by one of 8 waiters: %d (target > 0)", eight.min))
+			}
 			sec.verdicts = append(sec.verdicts,
-				verdict(eight.min > 0, "relock: fewest acquisitions by one of 8 waiters: %d (target > 0)", eight.min),
 				verdict(two.overlaps+eight.overlaps == 0, "relock: %d overlapping holds (target 0)", two.overlaps+eight.overlaps))
 		case "rueidislock", "rueidislock best":
 			if p := pct(two.waits, .5); p < rue2 {
@@ -329,8 +380,11 @@ func handoff(r *report, srv *redistest.Server) {
 		}
 	}
 	sec.verdicts = append(sec.verdicts,
-		verdict(relock2 < rue2, "2 owners: relock p50 %s against %s's %s (the faster rueidislock configuration; target: below)", us(relock2), rue2Name, us(rue2)),
-		verdict(relock8 < rue8, "8 waiters: relock p50 %s against %s's %s (the faster rueidislock configuration; target: below)", us(relock8), rue8Name, us(rue8)))
+		verdict(relock2 < rue2, "2 owners: relock p50 %s against %s's %s (the faster rueidislock configuration; target: below)", us(relock2), rue2Name, us(rue2)))
+	if lat == 0 {
+		sec.verdicts = append(sec.verdicts,
+			verdict(relock8 < rue8, "8 waiters: relock p50 %s against %s's %s (the faster rueidislock configuration; target: below)", us(relock8), rue8Name, us(rue8)))
+	}
 	r.add(sec)
 }
 
@@ -575,6 +629,41 @@ func relockOnly(r *report, srv *redistest.Server) {
 	r.add(sec)
 }
 
+// proxyLatency is what the latency scenario's proxy adds each way.
+const proxyLatency = 250 * time.Microsecond
+
+// proxyRTT is a PING's round trip through the latency proxy, one at a time (p50), measured by latency.
+var proxyRTT time.Duration
+
+// proxyNote opens the note of a section run through the latency proxy.
+func proxyNote(lat time.Duration) string {
+	return "Every contender, the floors too, talks to the server through a loopback proxy (the project's internal/faultnet) that holds everything it forwards for " + msText(lat) + " each way: a round trip costs at least " + msText(2*lat) + ". " +
+		"Measured in this run, a PING's round trip through it, one at a time, took " + us(proxyRTT) + " (p50): the proxy waits on Go timers, which on Linux wake a process with nothing else to do no sooner than about 1 ms after they are due to (epoll's timeouts are in milliseconds), so while little else runs each way takes about 1 ms rather than " + msText(lat) + ". The floors pay it as everyone does: compare with them, not with the nominal latency."
+}
+
+// latency: scenarios 1 to 3 again (the 2-owner handoff only), every contender through a proxy that adds
+// proxyLatency each way, so that round trips, not CPU, dominate.
+func latency(r *report, srv *redistest.Server) {
+	p, err := faultnet.Start(srv.Addr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	p.SetLatency(proxyLatency)
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr}, DisableCache: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	proxyRTT = pct(latencies(dur(4*time.Second)/4, func() error {
+		return rdb.Do(context.Background(), rdb.B().Ping().Build()).Error()
+	}), .5)
+	rdb.Close()
+	through := ", through " + msText(proxyLatency) + " of latency each way"
+	uncontended(r, p.Addr, "7. Uncontended Lock+Unlock, one goroutine"+through, proxyLatency)
+	parallel(r, p.Addr, "8. 64 goroutines on 64 keys"+through, proxyLatency)
+	handoff(r, p.Addr, "9. Handoff, 2 owners"+through, proxyLatency)
+}
+
 // fairLocker adapts relock's FairLock for alternate.
 type fairLocker struct{ c *relock.Client }
 
@@ -592,6 +681,11 @@ func closeAll(ls []locker) {
 	for _, l := range ls {
 		l.close()
 	}
+}
+
+// msText writes d in milliseconds, as short as it goes: 0.25 ms.
+func msText(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64) + " ms"
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
