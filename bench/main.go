@@ -36,7 +36,7 @@ import (
 var (
 	quick = flag.Bool("quick", false, "a run of about a minute")
 	out   = flag.String("out", "../docs", "where to write benchmarks.md and benchmarks.svg")
-	only  = flag.String("only", "", "run only the scenarios listed, comma-separated (uncontended, parallel, handoff, watchdog, redlock, relockOnly, latency: the first three through a proxy adding 0.25 ms each way); the report then lacks the others")
+	only  = flag.String("only", "", "run only the scenarios listed, comma-separated (uncontended, parallel, handoff, watchdog, redlock, relockOnly, latency: the first three through a proxy adding 0.25 ms each way, contention: 128 owners of one lock on 32 Clients); the report then lacks the others")
 )
 
 // want reports whether scenario runs (see -only).
@@ -74,6 +74,7 @@ func main() {
 		{"redlock", func() { redlockVsRedsync(r) }},
 		{"relockOnly", func() { relockOnly(r, srv) }},
 		{"latency", func() { latency(r, srv) }},
+		{"contention", func() { contention(r, srv) }},
 	} {
 		if want(sc.name) {
 			sc.run()
@@ -391,8 +392,9 @@ func handoff(r *report, addr, title string, lat time.Duration) {
 type handoffResult struct {
 	waits    []time.Duration // from the first release a waiting owner saw to its acquisition
 	gaps     []time.Duration // from an Unlock call to the next acquisition, when by another owner
-	min, max int
-	overlaps int // acquisitions made while another owner was inside: mutual exclusion broken
+	min, max int             // acquisitions per owner
+	total    int             // acquisitions
+	overlaps int             // acquisitions made while another owner was inside: mutual exclusion broken
 }
 
 // alternate runs n owners (split over the handles in ls) that each take the lock, hold it 1 ms and let go,
@@ -467,7 +469,11 @@ func alternate(ctx context.Context, ls []locker, n int, d time.Duration) handoff
 	wg.Wait()
 	slices.Sort(waits)
 	slices.Sort(gaps)
-	return handoffResult{waits: waits, gaps: gaps, min: slices.Min(counts), max: slices.Max(counts), overlaps: int(overlaps.Load())}
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	return handoffResult{waits: waits, gaps: gaps, min: slices.Min(counts), max: slices.Max(counts), total: total, overlaps: int(overlaps.Load())}
 }
 
 // watchdog: round trips (script runs, sent together) and CPU per renewal period for 1,000 and 10,000
@@ -504,7 +510,7 @@ func watchdog(r *report) {
 		cpu0 := cpuTime()
 		time.Sleep(time.Duration(periods) * time.Second)
 		cpu := cpuTime() - cpu0
-		calls, usec := evalshaStats(rdb)
+		calls, usec := commandStats(rdb, "evalsha")
 		runs := float64(calls) / float64(periods)
 		batches := runs / float64((n+499)/500)
 		sec.rows = append(sec.rows, []string{fmt.Sprint(n), fmt.Sprintf("%.1f", batches), fmt.Sprintf("%.1f", runs),
@@ -664,11 +670,78 @@ func latency(r *report, srv *redistest.Server) {
 	handoff(r, p.Addr, "9. Handoff, 2 owners"+through, proxyLatency)
 }
 
+// contention: one lock, 128 owners (4 goroutines on each of 32 Clients), each holding it 1 ms, unlocking and
+// trying again at once; RLock, then FairLock, each on a lock of its own, with the server's statistics reset
+// before each.
+func contention(r *report, srv *redistest.Server) {
+	const clients, perClient = 32, 4
+	ctx := context.Background()
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rdb.Close()
+	sec := section{title: fmt.Sprintf("10. Contention at scale: one lock, %d owners on %d Clients", clients*perClient, clients),
+		note: fmt.Sprintf("%d relock Clients on the server directly, %d goroutines on each (%d owners, each acquisition with an owner token of its own), all after one lock: each owner holds it 1 ms, unlocks and at once tries again, for %s; RLock (Client.Lock), then FairLock (Client.FairLock), each on its own lock, with CONFIG RESETSTAT before each. ", clients, perClient, clients*perClient, dur(8*time.Second)) +
+			"Handoff: the time the lock sat free between two different owners, from the start of an Unlock call to the next acquisition by another owner. Min/max: acquisitions per owner. Overlaps: acquisitions made while another owner was still inside (any is a broken lock). " +
+			"Script runs: EVALSHA and EVAL calls (INFO commandstats) per acquisition; Redis CPU: used_cpu_sys + used_cpu_user (INFO cpu) over the run, per acquisition, everything the server did (pub/sub delivery too); script µs: EVALSHA and EVAL usec (INFO commandstats) per acquisition. " +
+			fmt.Sprintf("Why RLock's cost grows with the number of Clients: an RLock release is published on Redisson's channel redisson_lock__channel:{name}, and each relock Client (like each Redisson JVM) wakes one of its waiters per message, so each release wakes up to %d waiters, one per Client, who all run the acquire script, and one of them wins; the others wait again. A FairLock release wakes only the first live waiter of its queue, on that waiter's own channel. ", clients) +
+			"Stretch targets: RLock ≤ 4 script runs per acquisition, and RLock's handoff p50 ≤ FairLock's.",
+		head: []string{"", "acquisitions", "handoff p50", "handoff p99", "per owner min/max", "overlaps", "script runs/acquisition", "Redis CPU/acquisition", "script µs/acquisition"}}
+	type result struct { // per acquisition
+		h          handoffResult
+		runs, usec float64 // script runs, and their µs (commandstats)
+		cpu        time.Duration
+	}
+	res := map[string]result{}
+	for _, kind := range []string{"RLock", "FairLock"} {
+		var cs []*relock.Client
+		var ls []locker
+		for range clients {
+			c, err := relock.New([]string{srv.Addr()}, nil)
+			if err != nil {
+				log.Fatal(err)
+			}
+			cs = append(cs, c)
+			if kind == "RLock" {
+				ls = append(ls, &relockLocker{c: c})
+			} else {
+				ls = append(ls, fairLocker{c})
+			}
+		}
+		if err := rdb.Do(ctx, rdb.B().ConfigResetstat().Build()).Error(); err != nil {
+			log.Fatal(err)
+		}
+		cpu0 := redisCPU(rdb)
+		h := alternate(ctx, ls, clients*perClient, dur(8*time.Second))
+		cpu := redisCPU(rdb) - cpu0
+		calls, usec := commandStats(rdb, "evalsha", "eval")
+		for _, c := range cs {
+			c.Close()
+		}
+		n := max(h.total, 1)
+		x := result{h: h, runs: float64(calls) / float64(n), cpu: cpu / time.Duration(n), usec: usec / float64(n)}
+		res[kind] = x
+		sec.rows = append(sec.rows, []string{kind, fmt.Sprint(h.total), us(pct(h.gaps, .5)), us(pct(h.gaps, .99)),
+			fmt.Sprintf("%d / %d", h.min, h.max), fmt.Sprint(h.overlaps), fmt.Sprintf("%.1f", x.runs), ms(x.cpu), fmt.Sprintf("%.0f µs", x.usec)})
+	}
+	rl, fl := res["RLock"], res["FairLock"]
+	sec.verdicts = append(sec.verdicts,
+		verdict(rl.h.overlaps+fl.h.overlaps == 0, "%d overlapping holds (RLock %d, FairLock %d; target 0)", rl.h.overlaps+fl.h.overlaps, rl.h.overlaps, fl.h.overlaps),
+		verdict(rl.runs <= 4, "RLock: %.1f script runs per acquisition, %s of Redis CPU (FairLock: %.1f, %s; stretch target: RLock ≤ 4 script runs per acquisition)",
+			rl.runs, ms(rl.cpu), fl.runs, ms(fl.cpu)),
+		verdict(pct(rl.h.gaps, .5) <= pct(fl.h.gaps, .5), "RLock handoff p50 %s (p99 %s) against FairLock's %s (p99 %s) (stretch target: RLock handoff p50 ≤ FairLock's)",
+			us(pct(rl.h.gaps, .5)), us(pct(rl.h.gaps, .99)), us(pct(fl.h.gaps, .5)), us(pct(fl.h.gaps, .99))))
+	r.add(sec)
+}
+
 // fairLocker adapts relock's FairLock for alternate.
 type fairLocker struct{ c *relock.Client }
 
 func (f fairLocker) name() string { return "relock-fair" }
 func (f fairLocker) lock(ctx context.Context, key string) (func() error, error) {
+	// An owner token of its own per acquisition, as relockLocker's.
+	ctx = relock.WithOwner(ctx, "bench-fair-"+strconv.FormatInt(owners.Add(1), 10))
 	l := f.c.FairLock(key)
 	if err := l.Lock(ctx); err != nil {
 		return nil, err
@@ -697,15 +770,44 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// evalshaStats returns EVALSHA's calls and CPU microseconds since the last CONFIG RESETSTAT.
-func evalshaStats(rdb rueidis.Client) (calls int64, usec float64) {
-	info, _ := rdb.Do(context.Background(), rdb.B().Info().Section("commandstats").Build()).ToString()
+// commandStats returns the calls and CPU microseconds of the commands cmds (lower case: "evalsha"), summed,
+// since the last CONFIG RESETSTAT. Commands a script runs count apart, and their time inside the script's.
+func commandStats(rdb rueidis.Client, cmds ...string) (calls int64, usec float64) {
+	info, err := rdb.Do(context.Background(), rdb.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		log.Fatal(err)
+	}
 	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
-			fmt.Sscanf(strings.ReplaceAll(rest, ",", " "), "calls=%d usec=%f", &calls, &usec)
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !slices.Contains(cmds, strings.TrimPrefix(name, "cmdstat_")) {
+			continue
 		}
+		var c int64
+		var u float64
+		fmt.Sscanf(strings.ReplaceAll(rest, ",", " "), "calls=%d usec=%f", &c, &u)
+		calls, usec = calls+c, usec+u
 	}
 	return calls, usec
+}
+
+// redisCPU returns the CPU time the server has used since it started, system and user (INFO cpu).
+func redisCPU(rdb rueidis.Client) time.Duration {
+	info, err := rdb.Do(context.Background(), rdb.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		log.Fatal(err)
+	}
+	var secs float64
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				log.Fatalf("INFO cpu: %s: %v", line, err)
+			}
+			secs += f
+		}
+	}
+	return time.Duration(secs * float64(time.Second))
 }
 
 // redisVersion asks redis-server for its version line.
