@@ -3,7 +3,15 @@
 // starts itself, and writes docs/benchmarks.md and docs/benchmarks.svg.
 //
 //	make bench                       # from the repository root: cd bench && go run . -quick
-//	cd bench && go run . [-quick] [-out ../docs]
+//	cd bench && go run . [-quick | -smoke] [-only a,b] [-out ../docs]
+//
+// Its scenarios (-only takes their names): uncontended, parallel and handoff (every library on one server),
+// watchdog (renewal cost), redlock (relock's RedLock against redsync on 5 servers), relockOnly (FairLock and
+// ReadWriteLock), latency (uncontended, parallel and a 2-owner handoff again, every contender through a
+// loopback proxy, internal/faultnet, adding 0.25 ms each way), and contention (RLock and FairLock with 128
+// owners on 32 Clients: handoff, script runs and Redis CPU per acquisition). -quick runs each scenario for a
+// quarter of its duration; -smoke for 1/40, a check for CI that the program still runs, its figures
+// meaningless.
 //
 // Every figure is a ratio against a floor or a peer measured in the same run: absolute times on a shared
 // machine are noisy.
@@ -34,7 +42,8 @@ import (
 )
 
 var (
-	quick = flag.Bool("quick", false, "a run of about a minute")
+	quick = flag.Bool("quick", false, "run each scenario for a quarter of its duration")
+	smoke = flag.Bool("smoke", false, "run each scenario for 1/40 of its duration and the watchdog for one period: a check that the program still runs (for CI), its figures meaningless")
 	out   = flag.String("out", "../docs", "where to write benchmarks.md and benchmarks.svg")
 	only  = flag.String("only", "", "run only the scenarios listed, comma-separated (uncontended, parallel, handoff, watchdog, redlock, relockOnly, latency: the first three through a proxy adding 0.25 ms each way, contention: 128 owners of one lock on 32 Clients); the report then lacks the others")
 )
@@ -44,9 +53,12 @@ func want(scenario string) bool {
 	return *only == "" || slices.Contains(strings.Split(*only, ","), scenario)
 }
 
-// dur scales a scenario's duration: quick mode runs each for a fraction.
+// dur scales a scenario's duration: quick mode runs each for a quarter, smoke mode for 1/40.
 func dur(full time.Duration) time.Duration {
-	if *quick {
+	switch {
+	case *smoke:
+		return full / 40
+	case *quick:
 		return full / 4
 	}
 	return full
@@ -507,6 +519,9 @@ func watchdog(r *report) {
 		wg.Wait()
 		rdb.Do(ctx, rdb.B().ConfigResetstat().Build())
 		periods := 4
+		if *smoke {
+			periods = 1
+		}
 		cpu0 := cpuTime()
 		time.Sleep(time.Duration(periods) * time.Second)
 		cpu := cpuTime() - cpu0
