@@ -3,7 +3,15 @@
 // starts itself, and writes docs/benchmarks.md and docs/benchmarks.svg.
 //
 //	make bench                       # from the repository root: cd bench && go run . -quick
-//	cd bench && go run . [-quick] [-out ../docs]
+//	cd bench && go run . [-quick | -smoke] [-only a,b] [-out ../docs]
+//
+// Its scenarios (-only takes their names): uncontended, parallel and handoff (every library on one server),
+// watchdog (renewal cost), redlock (relock's RedLock against redsync on 5 servers), relockOnly (FairLock and
+// ReadWriteLock), latency (uncontended, parallel and a 2-owner handoff again, every contender through a
+// loopback proxy, internal/faultnet, adding 0.25 ms each way), and contention (RLock and FairLock with 128
+// owners on 32 Clients: handoff, script runs and Redis CPU per acquisition). -quick runs each scenario for a
+// quarter of its duration; -smoke for 1/40, a check for CI that the program still runs, its figures
+// meaningless.
 //
 // Every figure is a ratio against a floor or a peer measured in the same run: absolute times on a shared
 // machine are noisy.
@@ -19,6 +27,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,13 +37,15 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
 var (
-	quick = flag.Bool("quick", false, "a run of about a minute")
+	quick = flag.Bool("quick", false, "run each scenario for a quarter of its duration")
+	smoke = flag.Bool("smoke", false, "run each scenario for 1/40 of its duration and the watchdog for one period: a check that the program still runs (for CI), its figures meaningless")
 	out   = flag.String("out", "../docs", "where to write benchmarks.md and benchmarks.svg")
-	only  = flag.String("only", "", "run only the scenarios whose function names are listed, comma-separated (uncontended, parallel, handoff, watchdog, redlock, relockOnly); the report then lacks the others")
+	only  = flag.String("only", "", "run only the scenarios listed, comma-separated (uncontended, parallel, handoff, watchdog, redlock, relockOnly, latency: the first three through a proxy adding 0.25 ms each way, contention: 128 owners of one lock on 32 Clients); the report then lacks the others")
 )
 
 // want reports whether scenario runs (see -only).
@@ -42,9 +53,12 @@ func want(scenario string) bool {
 	return *only == "" || slices.Contains(strings.Split(*only, ","), scenario)
 }
 
-// dur scales a scenario's duration: quick mode runs each for a fraction.
+// dur scales a scenario's duration: quick mode runs each for a quarter, smoke mode for 1/40.
 func dur(full time.Duration) time.Duration {
-	if *quick {
+	switch {
+	case *smoke:
+		return full / 40
+	case *quick:
 		return full / 4
 	}
 	return full
@@ -65,12 +79,14 @@ func main() {
 		name string
 		run  func()
 	}{
-		{"uncontended", func() { uncontended(r, srv) }},
-		{"parallel", func() { parallel(r, srv) }},
-		{"handoff", func() { handoff(r, srv) }},
+		{"uncontended", func() { uncontended(r, srv.Addr(), "1. Uncontended Lock+Unlock, one goroutine", 0) }},
+		{"parallel", func() { parallel(r, srv.Addr(), "2. 64 goroutines on 64 keys", 0) }},
+		{"handoff", func() { handoff(r, srv.Addr(), "3. Handoff", 0) }},
 		{"watchdog", func() { watchdog(r) }},
 		{"redlock", func() { redlockVsRedsync(r) }},
 		{"relockOnly", func() { relockOnly(r, srv) }},
+		{"latency", func() { latency(r, srv) }},
+		{"contention", func() { contention(r, srv) }},
 	} {
 		if want(sc.name) {
 			sc.run()
@@ -156,21 +172,26 @@ func allocsPerOp(n int, fn func() error) float64 {
 	return float64(b.Mallocs-a.Mallocs) / float64(n)
 }
 
-// contenders returns every peer's lock, a plain client, and relock's raw scripts on it, all on srv, and the
-// function that closes them.
-func contenders(srv *redistest.Server) ([]locker, rueidis.Client, *rawScripts, func()) {
-	ls := peers(srv.Addr())
-	rdb, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+// contenders returns every peer's lock, a plain client, and relock's raw scripts on it, all on addr (the
+// server, or a proxy in front of it), and the function that closes them.
+func contenders(addr string) ([]locker, rueidis.Client, *rawScripts, func()) {
+	ls := peers(addr)
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		log.Fatal(err)
+	}
 	return ls, rdb, newRawScripts(rdb), func() {
 		closeAll(ls)
 		rdb.Close()
 	}
 }
 
-// uncontended: one goroutine, Lock+Unlock, interleaved with two PINGs and the raw scripts.
-func uncontended(r *report, srv *redistest.Server) {
+// uncontended: one goroutine, Lock+Unlock, interleaved with two PINGs and the raw scripts, every one on addr,
+// reported under title. lat is the latency a proxy at addr adds each way (0: addr is the server), which
+// sets the note and the targets.
+func uncontended(r *report, addr, title string, lat time.Duration) {
 	ctx := context.Background()
-	ls, rdb, raw, done := contenders(srv)
+	ls, rdb, raw, done := contenders(addr)
 	defer done()
 	// The floors run bounded like the libraries, so that the ratios compare like with like.
 	floors := []locker{&bounded{locker: pingLocker{rdb}}, &bounded{locker: rawLocker{raw}}}
@@ -202,8 +223,13 @@ func uncontended(r *report, srv *redistest.Server) {
 			samples[n] = append(samples[n], time.Since(t0))
 		}
 	}
-	sec := section{title: "1. Uncontended Lock+Unlock, one goroutine",
-		note: "Each round runs every operation once, interleaved. Each peer in its defaults and in its best documented configuration (\"best\"). Every call, the floors' and relock's too, runs bounded (see Bounds above): a PING or a raw script counts as a lock or an unlock call; hung: calls that did not complete within " + bound.String() + " (left out of the latencies). Target: relock ≤ 1.1 × the raw scripts, and faster than every peer in every configuration.",
+	note := "Each round runs every operation once, interleaved. Each peer in its defaults and in its best documented configuration (\"best\"). Every call, the floors' and relock's too, runs bounded (see Bounds above): a PING or a raw script counts as a lock or an unlock call; hung: calls that did not complete within " + bound.String() + " (left out of the latencies). Target: relock ≤ 1.1 × the raw scripts, and faster than every peer in every configuration."
+	if lat > 0 {
+		note = proxyNote(lat) + " Lock+Unlock is two round trips, so no contender can take less than " + msText(4*lat) + "; the two PINGs show what the proxy itself costs. " +
+			"Each round runs every operation once, interleaved. Each peer in its defaults and in its best documented configuration (\"best\"). Every call runs bounded as above; hung: calls that did not complete within " + bound.String() + " (left out of the latencies). " +
+			"Target: relock ≤ 1.1 × the raw scripts: whatever relock does besides its two scripts must not add round trips."
+	}
+	sec := section{title: title, note: note,
 		head: []string{"", "p50", "p99", "mean", "allocs/op", "× raw scripts", "hung"}}
 	rawMean := 0.0
 	for _, n := range names {
@@ -221,7 +247,9 @@ func uncontended(r *report, srv *redistest.Server) {
 		ds := samples[n]
 		sec.rows = append(sec.rows, []string{n, us(pct(ds, .5)), us(pct(ds, .99)), us(mean(ds)),
 			fmt.Sprintf("%.0f", allocsPerOp(200, ops[n])), fmt.Sprintf("%.2f", float64(mean(ds))/rawMean), hung[n]})
-		r.chart1 = append(r.chart1, bar{n, float64(mean(ds).Microseconds())})
+		if lat == 0 {
+			r.chart1 = append(r.chart1, bar{n, float64(mean(ds).Microseconds())})
+		}
 	}
 	relockMean := float64(mean(samples["relock"]))
 	bestPeer, bestName := 0.0, ""
@@ -231,15 +259,19 @@ func uncontended(r *report, srv *redistest.Server) {
 		}
 	}
 	sec.verdicts = append(sec.verdicts,
-		verdict(relockMean/rawMean <= 1.1, "relock = %.2f × the raw scripts (target ≤ 1.1)", relockMean/rawMean),
-		verdict(relockMean < bestPeer, "relock = %.2f × the fastest peer in any configuration, %s (target < 1)", relockMean/bestPeer, bestName))
+		verdict(relockMean/rawMean <= 1.1, "relock = %.2f × the raw scripts (target ≤ 1.1)", relockMean/rawMean))
+	if lat == 0 {
+		sec.verdicts = append(sec.verdicts,
+			verdict(relockMean < bestPeer, "relock = %.2f × the fastest peer in any configuration, %s (target < 1)", relockMean/bestPeer, bestName))
+	}
 	r.add(sec)
 }
 
-// parallel: 64 goroutines on distinct keys, lock/unlock pairs per second.
-func parallel(r *report, srv *redistest.Server) {
+// parallel: 64 goroutines on distinct keys, lock/unlock pairs per second, every contender on addr, reported
+// under title; lat as for uncontended.
+func parallel(r *report, addr, title string, lat time.Duration) {
 	ctx := context.Background()
-	ls, _, raw, done := contenders(srv)
+	ls, _, raw, done := contenders(addr)
 	defer done()
 	run := func(op func(g int) error) float64 {
 		var n atomic.Int64
@@ -263,8 +295,14 @@ func parallel(r *report, srv *redistest.Server) {
 		wg.Wait()
 		return float64(n.Load()) / dur(8*time.Second).Seconds()
 	}
-	sec := section{title: "2. 64 goroutines on 64 keys", note: "Lock+Unlock pairs per second, each peer in its defaults and in its best documented configuration (\"best\"); hung: calls that did not complete within " + bound.String() + " (not counted as pairs). Target: relock ≥ 2 × the best peer in any configuration.",
+	sec := section{title: title, note: "Lock+Unlock pairs per second, each peer in its defaults and in its best documented configuration (\"best\"); hung: calls that did not complete within " + bound.String() + " (not counted as pairs). Target: relock ≥ 2 × the best peer in any configuration.",
 		head: []string{"", "pairs/s", "× best peer", "hung"}}
+	if lat > 0 {
+		sec.note = proxyNote(lat) + " Each goroutine's Lock+Unlock takes two round trips, at least " + msText(4*lat) + ": what counts is how many a library keeps in flight at once (pipelining, or enough connections). " +
+			"Lock+Unlock pairs per second, each peer in its defaults and in its best documented configuration (\"best\"); hung: calls that did not complete within " + bound.String() + " (not counted as pairs). " +
+			"Target: relock ≥ 0.95 × the raw scripts, and ahead of every peer in its best configuration."
+		sec.head = []string{"", "pairs/s", "× raw scripts", "× best peer", "hung"}
+	}
 	var names []string
 	rates := map[string]float64{}
 	for _, l := range append([]locker{&bounded{locker: rawLocker{raw}}}, ls...) {
@@ -288,36 +326,62 @@ func parallel(r *report, srv *redistest.Server) {
 		hung[l.name()] = hungCount(l)
 	}
 	for _, n := range names {
+		if lat > 0 {
+			sec.rows = append(sec.rows, []string{n, fmt.Sprintf("%.0f", rates[n]), fmt.Sprintf("%.2f", rates[n]/rates["raw scripts"]), fmt.Sprintf("%.2f", rates[n]/best), hung[n]})
+			continue
+		}
 		sec.rows = append(sec.rows, []string{n, fmt.Sprintf("%.0f", rates[n]), fmt.Sprintf("%.2f", rates[n]/best), hung[n]})
 		r.chart2 = append(r.chart2, bar{n, rates[n]})
 	}
-	sec.verdicts = append(sec.verdicts, verdict(rates["relock"] >= 2*best, "relock = %.2f × the best peer in any configuration, %s (target ≥ 2)", rates["relock"]/best, bestName))
+	if lat > 0 {
+		sec.verdicts = append(sec.verdicts,
+			verdict(rates["relock"] >= 0.95*rates["raw scripts"], "relock = %.2f × the raw scripts (target ≥ 0.95)", rates["relock"]/rates["raw scripts"]),
+			verdict(rates["relock"] > best, "relock = %.2f × the best peer in any configuration, %s (target > 1)", rates["relock"]/best, bestName))
+	} else {
+		sec.verdicts = append(sec.verdicts, verdict(rates["relock"] >= 2*best, "relock = %.2f × the best peer in any configuration, %s (target ≥ 2)", rates["relock"]/best, bestName))
+	}
 	r.add(sec)
 }
 
 // handoff: two owners on two handles alternate, each holding 1 ms while the other waits; then 8 waiters
-// over two handles.
-func handoff(r *report, srv *redistest.Server) {
+// over two handles. Every handle is on addr; reported under title. lat as for uncontended: through a proxy
+// only the 2 owners run.
+func handoff(r *report, addr, title string, lat time.Duration) {
 	ctx := context.Background()
-	a, b := peers(srv.Addr()), peers(srv.Addr())
+	a, b := peers(addr), peers(addr)
 	defer closeAll(a)
 	defer closeAll(b)
-	sec := section{title: "3. Handoff", note: "Owners on two handles (clients), each holding 1 ms while the others wait. 2 owners: for each acquisition by an owner that had to wait, the time from the first Unlock call made while it waited to its acquisition (an owner passed over, by the releasing owner taking the lock straight back, keeps counting from that first release, so retry timers and barging count). 8 waiters: the time the lock sat free between two different owners, from an Unlock call to the next acquisition by another owner; min/max are acquisitions per waiter. Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Hung: lock calls still waiting 1 s after the run ended (the lock free by then), or unlock calls that took over " + bound.String() + ". Each peer in its defaults and in its best documented configuration (\"best\"). Target: relock's p50 below rueidislock's in either configuration, and no waiter starved.",
+	sec := section{title: title, note: "Owners on two handles (clients), each holding 1 ms while the others wait. 2 owners: for each acquisition by an owner that had to wait, the time from the first Unlock call made while it waited to its acquisition (an owner passed over, by the releasing owner taking the lock straight back, keeps counting from that first release, so retry timers and barging count). 8 waiters: the time the lock sat free between two different owners, from an Unlock call to the next acquisition by another owner; min/max are acquisitions per waiter. Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Hung: lock calls still waiting 1 s after the run ended (the lock free by then), or unlock calls that took over " + bound.String() + ". Each peer in its defaults and in its best documented configuration (\"best\"). Target: relock's p50 below rueidislock's in either configuration, and no waiter starved.",
 		head: []string{"", "2 owners p50", "2 owners p99", "8 waiters p50", "8 waiters p99", "8 waiters min/max", "overlaps", "hung"}}
+	if lat > 0 {
+		sec.note = proxyNote(lat) + " A handoff takes at least the release's trip to Redis and the news of it (a pub/sub message, an invalidation, or a retry's reply) back to the waiter, " + msText(2*lat) + ", plus the waiter's acquisition round trip, " + msText(2*lat) + ". " +
+			"2 owners on two handles (clients), each holding 1 ms while the other waits: for each acquisition by an owner that had to wait, the time from the first Unlock call made while it waited to its acquisition (an owner passed over keeps counting from that first release, so retry timers and barging count). Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Hung as above. Each peer in its defaults and in its best documented configuration (\"best\"). " +
+			"Target: relock's p50 below the faster rueidislock configuration's."
+		sec.head = []string{"", "2 owners p50", "2 owners p99", "overlaps", "hung"}
+	}
 	var relock2, relock8 time.Duration
 	rue2, rue8 := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
 	var rue2Name, rue8Name string
 	for i := range a {
 		two := alternate(ctx, []locker{a[i], b[i]}, 2, dur(8*time.Second))
-		eight := alternate(ctx, []locker{a[i], b[i]}, 8, dur(8*time.Second))
-		sec.rows = append(sec.rows, []string{a[i].name(), us(pct(two.waits, .5)), us(pct(two.waits, .99)),
-			us(pct(eight.gaps, .5)), us(pct(eight.gaps, .99)), fmt.Sprintf("%d / %d", eight.min, eight.max),
-			fmt.Sprint(two.overlaps + eight.overlaps), hungCount(a[i], b[i])})
+		var eight handoffResult
+		if lat == 0 {
+			eight = alternate(ctx, []locker{a[i], b[i]}, 8, dur(8*time.Second))
+			sec.rows = append(sec.rows, []string{a[i].name(), us(pct(two.waits, .5)), us(pct(two.waits, .99)),
+				us(pct(eight.gaps, .5)), us(pct(eight.gaps, .99)), fmt.Sprintf("%d / %d", eight.min, eight.max),
+				fmt.Sprint(two.overlaps + eight.overlaps), hungCount(a[i], b[i])})
+		} else {
+			sec.rows = append(sec.rows, []string{a[i].name(), us(pct(two.waits, .5)), us(pct(two.waits, .99)),
+				fmt.Sprint(two.overlaps), hungCount(a[i], b[i])})
+		}
 		switch a[i].name() {
 		case "relock":
 			relock2, relock8 = pct(two.waits, .5), pct(eight.gaps, .5)
+			if lat == 0 {
+				sec.verdicts = append(sec.verdicts,
+					verdict(eight.min > 0, "relock: fewest acquisitions by one of 8 waiters: %d (target > 0)", eight.min))
+			}
 			sec.verdicts = append(sec.verdicts,
-				verdict(eight.min > 0, "relock: fewest acquisitions by one of 8 waiters: %d (target > 0)", eight.min),
 				verdict(two.overlaps+eight.overlaps == 0, "relock: %d overlapping holds (target 0)", two.overlaps+eight.overlaps))
 		case "rueidislock", "rueidislock best":
 			if p := pct(two.waits, .5); p < rue2 {
@@ -329,16 +393,20 @@ func handoff(r *report, srv *redistest.Server) {
 		}
 	}
 	sec.verdicts = append(sec.verdicts,
-		verdict(relock2 < rue2, "2 owners: relock p50 %s against %s's %s (the faster rueidislock configuration; target: below)", us(relock2), rue2Name, us(rue2)),
-		verdict(relock8 < rue8, "8 waiters: relock p50 %s against %s's %s (the faster rueidislock configuration; target: below)", us(relock8), rue8Name, us(rue8)))
+		verdict(relock2 < rue2, "2 owners: relock p50 %s against %s's %s (the faster rueidislock configuration; target: below)", us(relock2), rue2Name, us(rue2)))
+	if lat == 0 {
+		sec.verdicts = append(sec.verdicts,
+			verdict(relock8 < rue8, "8 waiters: relock p50 %s against %s's %s (the faster rueidislock configuration; target: below)", us(relock8), rue8Name, us(rue8)))
+	}
 	r.add(sec)
 }
 
 type handoffResult struct {
 	waits    []time.Duration // from the first release a waiting owner saw to its acquisition
 	gaps     []time.Duration // from an Unlock call to the next acquisition, when by another owner
-	min, max int
-	overlaps int // acquisitions made while another owner was inside: mutual exclusion broken
+	min, max int             // acquisitions per owner
+	total    int             // acquisitions
+	overlaps int             // acquisitions made while another owner was inside: mutual exclusion broken
 }
 
 // alternate runs n owners (split over the handles in ls) that each take the lock, hold it 1 ms and let go,
@@ -413,7 +481,11 @@ func alternate(ctx context.Context, ls []locker, n int, d time.Duration) handoff
 	wg.Wait()
 	slices.Sort(waits)
 	slices.Sort(gaps)
-	return handoffResult{waits: waits, gaps: gaps, min: slices.Min(counts), max: slices.Max(counts), overlaps: int(overlaps.Load())}
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	return handoffResult{waits: waits, gaps: gaps, min: slices.Min(counts), max: slices.Max(counts), total: total, overlaps: int(overlaps.Load())}
 }
 
 // watchdog: round trips (script runs, sent together) and CPU per renewal period for 1,000 and 10,000
@@ -447,10 +519,13 @@ func watchdog(r *report) {
 		wg.Wait()
 		rdb.Do(ctx, rdb.B().ConfigResetstat().Build())
 		periods := 4
+		if *smoke {
+			periods = 1
+		}
 		cpu0 := cpuTime()
 		time.Sleep(time.Duration(periods) * time.Second)
 		cpu := cpuTime() - cpu0
-		calls, usec := evalshaStats(rdb)
+		calls, usec := commandStats(rdb, "evalsha")
 		runs := float64(calls) / float64(periods)
 		batches := runs / float64((n+499)/500)
 		sec.rows = append(sec.rows, []string{fmt.Sprint(n), fmt.Sprintf("%.1f", batches), fmt.Sprintf("%.1f", runs),
@@ -575,11 +650,113 @@ func relockOnly(r *report, srv *redistest.Server) {
 	r.add(sec)
 }
 
+// proxyLatency is what the latency scenario's proxy adds each way.
+const proxyLatency = 250 * time.Microsecond
+
+// proxyRTT is a PING's round trip through the latency proxy, one at a time (p50), measured by latency.
+var proxyRTT time.Duration
+
+// proxyNote opens the note of a section run through the latency proxy.
+func proxyNote(lat time.Duration) string {
+	return "Every contender, the floors too, talks to the server through a loopback proxy (the project's internal/faultnet) that holds everything it forwards for " + msText(lat) + " each way: a round trip costs at least " + msText(2*lat) + ". " +
+		"Measured in this run, a PING's round trip through it, one at a time, took " + us(proxyRTT) + " (p50): the proxy waits on Go timers, which on Linux wake a process with nothing else to do no sooner than about 1 ms after they are due to (epoll's timeouts are in milliseconds), so while little else runs each way takes about 1 ms rather than " + msText(lat) + ". The floors pay it as everyone does: compare with them, not with the nominal latency."
+}
+
+// latency: scenarios 1 to 3 again (the 2-owner handoff only), every contender through a proxy that adds
+// proxyLatency each way, so that round trips, not CPU, dominate.
+func latency(r *report, srv *redistest.Server) {
+	p, err := faultnet.Start(srv.Addr())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	p.SetLatency(proxyLatency)
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr}, DisableCache: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	proxyRTT = pct(latencies(dur(4*time.Second)/4, func() error {
+		return rdb.Do(context.Background(), rdb.B().Ping().Build()).Error()
+	}), .5)
+	rdb.Close()
+	through := ", through " + msText(proxyLatency) + " of latency each way"
+	uncontended(r, p.Addr, "7. Uncontended Lock+Unlock, one goroutine"+through, proxyLatency)
+	parallel(r, p.Addr, "8. 64 goroutines on 64 keys"+through, proxyLatency)
+	handoff(r, p.Addr, "9. Handoff, 2 owners"+through, proxyLatency)
+}
+
+// contention: one lock, 128 owners (4 goroutines on each of 32 Clients), each holding it 1 ms, unlocking and
+// trying again at once; RLock, then FairLock, each on a lock of its own, with the server's statistics reset
+// before each.
+func contention(r *report, srv *redistest.Server) {
+	const clients, perClient = 32, 4
+	ctx := context.Background()
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rdb.Close()
+	sec := section{title: fmt.Sprintf("10. Contention at scale: one lock, %d owners on %d Clients", clients*perClient, clients),
+		note: fmt.Sprintf("%d relock Clients on the server directly, %d goroutines on each (%d owners, each acquisition with an owner token of its own), all after one lock: each owner holds it 1 ms, unlocks and at once tries again, for %s; RLock (Client.Lock), then FairLock (Client.FairLock), each on its own lock, with CONFIG RESETSTAT before each. ", clients, perClient, clients*perClient, dur(8*time.Second)) +
+			"Handoff: the time the lock sat free between two different owners, from the start of an Unlock call to the next acquisition by another owner. Min/max: acquisitions per owner. Overlaps: acquisitions made while another owner was still inside (any is a broken lock). " +
+			"Script runs: EVALSHA and EVAL calls (INFO commandstats) per acquisition; Redis CPU: used_cpu_sys + used_cpu_user (INFO cpu) over the run, per acquisition, everything the server did (pub/sub delivery too); script µs: EVALSHA and EVAL usec (INFO commandstats) per acquisition. " +
+			fmt.Sprintf("Why RLock's cost grows with the number of Clients: an RLock release is published on Redisson's channel redisson_lock__channel:{name}, and each relock Client (like each Redisson JVM) wakes one of its waiters per message, so each release wakes up to %d waiters, one per Client, who all run the acquire script, and one of them wins; the others wait again. A FairLock release wakes only the first live waiter of its queue, on that waiter's own channel. ", clients) +
+			"Stretch targets: RLock ≤ 4 script runs per acquisition, and RLock's handoff p50 ≤ FairLock's.",
+		head: []string{"", "acquisitions", "handoff p50", "handoff p99", "per owner min/max", "overlaps", "script runs/acquisition", "Redis CPU/acquisition", "script µs/acquisition"}}
+	type result struct { // per acquisition
+		h          handoffResult
+		runs, usec float64 // script runs, and their µs (commandstats)
+		cpu        time.Duration
+	}
+	res := map[string]result{}
+	for _, kind := range []string{"RLock", "FairLock"} {
+		var cs []*relock.Client
+		var ls []locker
+		for range clients {
+			c, err := relock.New([]string{srv.Addr()}, nil)
+			if err != nil {
+				log.Fatal(err)
+			}
+			cs = append(cs, c)
+			if kind == "RLock" {
+				ls = append(ls, &relockLocker{c: c})
+			} else {
+				ls = append(ls, fairLocker{c})
+			}
+		}
+		if err := rdb.Do(ctx, rdb.B().ConfigResetstat().Build()).Error(); err != nil {
+			log.Fatal(err)
+		}
+		cpu0 := redisCPU(rdb)
+		h := alternate(ctx, ls, clients*perClient, dur(8*time.Second))
+		cpu := redisCPU(rdb) - cpu0
+		calls, usec := commandStats(rdb, "evalsha", "eval")
+		for _, c := range cs {
+			c.Close()
+		}
+		n := max(h.total, 1)
+		x := result{h: h, runs: float64(calls) / float64(n), cpu: cpu / time.Duration(n), usec: usec / float64(n)}
+		res[kind] = x
+		sec.rows = append(sec.rows, []string{kind, fmt.Sprint(h.total), us(pct(h.gaps, .5)), us(pct(h.gaps, .99)),
+			fmt.Sprintf("%d / %d", h.min, h.max), fmt.Sprint(h.overlaps), fmt.Sprintf("%.1f", x.runs), ms(x.cpu), fmt.Sprintf("%.0f µs", x.usec)})
+	}
+	rl, fl := res["RLock"], res["FairLock"]
+	sec.verdicts = append(sec.verdicts,
+		verdict(rl.h.overlaps+fl.h.overlaps == 0, "%d overlapping holds (RLock %d, FairLock %d; target 0)", rl.h.overlaps+fl.h.overlaps, rl.h.overlaps, fl.h.overlaps),
+		verdict(rl.runs <= 4, "RLock: %.1f script runs per acquisition, %s of Redis CPU (FairLock: %.1f, %s; stretch target: RLock ≤ 4 script runs per acquisition)",
+			rl.runs, ms(rl.cpu), fl.runs, ms(fl.cpu)),
+		verdict(pct(rl.h.gaps, .5) <= pct(fl.h.gaps, .5), "RLock handoff p50 %s (p99 %s) against FairLock's %s (p99 %s) (stretch target: RLock handoff p50 ≤ FairLock's)",
+			us(pct(rl.h.gaps, .5)), us(pct(rl.h.gaps, .99)), us(pct(fl.h.gaps, .5)), us(pct(fl.h.gaps, .99))))
+	r.add(sec)
+}
+
 // fairLocker adapts relock's FairLock for alternate.
 type fairLocker struct{ c *relock.Client }
 
 func (f fairLocker) name() string { return "relock-fair" }
 func (f fairLocker) lock(ctx context.Context, key string) (func() error, error) {
+	// An owner token of its own per acquisition, as relockLocker's.
+	ctx = relock.WithOwner(ctx, "bench-fair-"+strconv.FormatInt(owners.Add(1), 10))
 	l := f.c.FairLock(key)
 	if err := l.Lock(ctx); err != nil {
 		return nil, err
@@ -594,6 +771,11 @@ func closeAll(ls []locker) {
 	}
 }
 
+// msText writes d in milliseconds, as short as it goes: 0.25 ms.
+func msText(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64) + " ms"
+}
+
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
@@ -603,15 +785,44 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// evalshaStats returns EVALSHA's calls and CPU microseconds since the last CONFIG RESETSTAT.
-func evalshaStats(rdb rueidis.Client) (calls int64, usec float64) {
-	info, _ := rdb.Do(context.Background(), rdb.B().Info().Section("commandstats").Build()).ToString()
+// commandStats returns the calls and CPU microseconds of the commands cmds (lower case: "evalsha"), summed,
+// since the last CONFIG RESETSTAT. Commands a script runs count apart, and their time inside the script's.
+func commandStats(rdb rueidis.Client, cmds ...string) (calls int64, usec float64) {
+	info, err := rdb.Do(context.Background(), rdb.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		log.Fatal(err)
+	}
 	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
-			fmt.Sscanf(strings.ReplaceAll(rest, ",", " "), "calls=%d usec=%f", &calls, &usec)
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !slices.Contains(cmds, strings.TrimPrefix(name, "cmdstat_")) {
+			continue
 		}
+		var c int64
+		var u float64
+		fmt.Sscanf(strings.ReplaceAll(rest, ",", " "), "calls=%d usec=%f", &c, &u)
+		calls, usec = calls+c, usec+u
 	}
 	return calls, usec
+}
+
+// redisCPU returns the CPU time the server has used since it started, system and user (INFO cpu).
+func redisCPU(rdb rueidis.Client) time.Duration {
+	info, err := rdb.Do(context.Background(), rdb.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		log.Fatal(err)
+	}
+	var secs float64
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				log.Fatalf("INFO cpu: %s: %v", line, err)
+			}
+			secs += f
+		}
+	}
+	return time.Duration(secs * float64(time.Second))
 }
 
 // redisVersion asks redis-server for its version line.

@@ -63,7 +63,10 @@ func (r *report) machine() {
 		}
 	}
 	mode := "full"
-	if *quick {
+	switch {
+	case *smoke:
+		mode = "smoke (-smoke): every scenario run for 1/40 of its duration, the figures meaningless"
+	case *quick:
 		mode = "quick (-quick)"
 	}
 	r.header = []string{
