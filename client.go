@@ -109,6 +109,7 @@ type Client struct {
 	scripts runner    // runs the scripts of locks, renewals and queues (rueidisRunner)
 	guard   callGuard // how calls whose context can end are made (see callGuard)
 	owners  ownerFields
+	workers *workers // run the parts of composite locks (see composite.fanOut)
 	// attempts numbers acquisition attempts: an attempt's id (acquireCall.attempt) is its number, in base
 	// 36; with the owner's field, which holds the Client's ID, it names the attempt uniquely.
 	attempts atomic.Uint64
@@ -286,6 +287,7 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 		dial = rueidis.DefaultDialTimeout
 	}
 	c.guard.window = 2 * dial // the connection, then the handshake
+	c.workers = newWorkers(c)
 	c.holds = newHoldTable(c, o.WatchdogTimeout)
 	if c.tel, err = newTelemetry(tp, mp, c.holds.heldByKind); err != nil {
 		end()
@@ -334,6 +336,7 @@ func (c *Client) Close() error {
 		if !c.borrowed {
 			c.rdb.Close()
 		}
+		c.workers.close(retryAttemptTimeout)
 	})
 	return nil
 }

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // composite is what MultiLock and RedLock share: their parts, and the fan-out, rounds, releases and hold
@@ -177,16 +175,23 @@ func (m *composite) rounds(ctx context.Context, wait time.Duration, delay func(n
 	}
 }
 
-// fanOut runs fn for every part at once and waits for all of them.
+// fanOut runs fn for every part at once, the first on the calling goroutine and the others on their
+// Clients' workers, and waits for all of them.
 func (m *composite) fanOut(fn func(i int, p *RLock)) {
-	var g errgroup.Group
-	for i, p := range m.parts {
-		g.Go(func() error {
+	var wg sync.WaitGroup
+	for i := 1; i < len(m.parts); i++ {
+		p := m.parts[i]
+		wg.Add(1)
+		task := func() {
+			defer wg.Done()
 			fn(i, p)
-			return nil
-		})
+		}
+		if !p.c.workers.run(task) {
+			go task() // the Client is closed: the part's call says so
+		}
 	}
-	_ = g.Wait()
+	fn(0, m.parts[0])
+	wg.Wait()
 }
 
 // release ends a failed round: it unlocks the parts marked in got, and waits for the parts whose attempt
