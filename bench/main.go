@@ -210,19 +210,7 @@ func uncontended(r *report, addr, title string, lat time.Duration) {
 	for _, l := range ls {
 		names = append(names, l.name())
 	}
-	samples := map[string][]time.Duration{}
-	for end := time.Now().Add(dur(20 * time.Second)); time.Now().Before(end); {
-		for _, n := range names {
-			t0 := time.Now()
-			if err := ops[n](); err != nil {
-				if tolerate(err) {
-					continue // counted as hung, not as a latency
-				}
-				log.Fatalf("%s: %v", n, err)
-			}
-			samples[n] = append(samples[n], time.Since(t0))
-		}
-	}
+	samples := interleaved(dur(20*time.Second), names, ops)
 	note := "Each round runs every operation once, interleaved. Each peer in its defaults and in its best documented configuration (\"best\"). Every call, the floors' and relock's too, runs bounded (see Bounds above): a PING or a raw script counts as a lock or an unlock call; hung: calls that did not complete within " + bound.String() + " (left out of the latencies). Target: relock ≤ 1.1 × the raw scripts, and faster than every peer in every configuration."
 	if lat > 0 {
 		note = proxyNote(lat) + " Lock+Unlock is two round trips, so no contender can take less than " + msText(4*lat) + "; the two PINGs show what the proxy itself costs. " +
@@ -231,14 +219,7 @@ func uncontended(r *report, addr, title string, lat time.Duration) {
 	}
 	sec := section{title: title, note: note,
 		head: []string{"", "p50", "p99", "mean", "allocs/op", "× raw scripts", "hung"}}
-	rawMean := 0.0
-	for _, n := range names {
-		ds := samples[n]
-		slices.Sort(ds)
-		if n == "raw scripts" {
-			rawMean = float64(mean(ds))
-		}
-	}
+	rawMean := float64(mean(samples["raw scripts"]))
 	hung := map[string]string{}
 	for _, l := range ls {
 		hung[l.name()] = hungCount(l)
@@ -563,30 +544,37 @@ func redlockVsRedsync(r *report) {
 		defer c.Close()
 		parts = append(parts, c.Lock("bench:redlock"))
 	}
-	rl := relock.NewRedLock(parts, nil)
+	rl := &bounded{locker: redLocker{relock.NewRedLock(parts, nil)}}
 	rs := &bounded{locker: newRedsync(addrs...)}
 	defer rs.close()
-	ops := map[string]func() error{
-		"relock RedLock": func() error {
-			if err := rl.Lock(ctx); err != nil {
-				return err
-			}
-			return rl.Unlock(ctx)
-		},
-		"redsync": func() error {
-			unlock, err := rs.lock(ctx, "bench:redsync")
+	var raws rawFanout
+	for _, a := range addrs {
+		rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{a}, DisableCache: true})
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer rdb.Close()
+		raws = append(raws, newRawScripts(rdb))
+	}
+	floor := &bounded{locker: raws}
+	lockUnlock := func(l locker, key string) func() error {
+		return func() error {
+			unlock, err := l.lock(ctx, key)
 			if err != nil {
 				return err
 			}
 			return unlock()
-		},
+		}
 	}
-	sec := section{title: "5. RedLock, N = 5", note: "Lock+Unlock over 5 nodes (on this one machine), all up, then with one paused (SIGSTOP). relock's node timeout defaults to TTL/20 capped at 500 ms (30 s watchdog: 500 ms); redsync's is expiry × 0.05 (8 s: 400 ms). redsync's calls are bounded like the peers' elsewhere: a call still running at " + bound.String() + " counts as hung, its time shown is when it was given up on (" + (bound + grace).String() + " if it ignored its context: go-redis's default read timeout is 3 s), not when it would have ended.",
-		head: []string{"", "all up p50", "all up p99", "one paused, median of 3", "one paused, worst of 3", "hung"}}
-	up := map[string][]time.Duration{}
-	for _, n := range []string{"relock RedLock", "redsync"} {
-		up[n] = latencies(dur(8*time.Second), ops[n])
+	ops := map[string]func() error{
+		"relock RedLock": lockUnlock(rl, "bench:redlock"),
+		"redsync":        lockUnlock(rs, "bench:redsync"),
+		floor.name():     lockUnlock(floor, "bench:raw"),
 	}
+	sec := section{title: "5. RedLock, N = 5", note: "Lock+Unlock over 5 nodes (on this one machine), all up, then with one paused (SIGSTOP). relock's node timeout defaults to TTL/20 capped at 500 ms (30 s watchdog: 500 ms); redsync's is expiry × 0.05 (8 s: 400 ms). All up, each round runs each library's Lock+Unlock once, interleaved. Both run bounded like the peers elsewhere (relock's RedLock with an owner token per acquisition): a call still running at " + bound.String() + " counts as hung, its time shown is when it was given up on (" + (bound + grace).String() + " if it ignored its context: go-redis's default read timeout is 3 s), not when it would have ended.",
+		head: []string{"", "all up p50", "all up p99", "all up mean", "× raw scripts on every node", "one paused, median of 3", "one paused, worst of 3", "hung"}}
+	sec.note += " The floor, \"raw scripts on every node\", runs relock's acquire script on the 5 nodes at once through rueidis (one goroutine each), then its release script likewise: what a RedLock's Lock+Unlock costs through rueidis before any of relock's own work (it has no node timeout, so it does not run with a node paused)."
+	up := interleaved(dur(8*time.Second), []string{floor.name(), "relock RedLock", "redsync"}, ops)
 	if err := servers[4].Pause(); err != nil {
 		log.Fatal(err)
 	}
@@ -603,15 +591,61 @@ func redlockVsRedsync(r *report) {
 		slices.Sort(paused[n])
 	}
 	_ = servers[4].Resume()
-	for _, n := range []string{"relock RedLock", "redsync"} {
-		h := ""
-		if n == "redsync" {
-			h = hungCount(rs)
+	floorMean := float64(mean(up[floor.name()]))
+	for _, l := range []locker{floor, rl, rs} {
+		n := l.name()
+		p50, worst := "—", "—"
+		if l != floor {
+			p50, worst = ms(pct(paused[n], .5)), ms(pct(paused[n], 1))
 		}
-		sec.rows = append(sec.rows, []string{n, us(pct(up[n], .5)), us(pct(up[n], .99)), ms(pct(paused[n], .5)), ms(pct(paused[n], 1)), h})
+		sec.rows = append(sec.rows, []string{n, us(pct(up[n], .5)), us(pct(up[n], .99)), us(mean(up[n])),
+			fmt.Sprintf("%.2f", float64(mean(up[n]))/floorMean), p50, worst, hungCount(l)})
 	}
-	sec.verdicts = append(sec.verdicts, verdict(mean(up["relock RedLock"]) < mean(up["redsync"]), "all up, relock = %.2f × redsync (mean)", float64(mean(up["relock RedLock"]))/float64(mean(up["redsync"]))))
+	sec.verdicts = append(sec.verdicts, verdict(mean(up["relock RedLock"]) <= mean(up["redsync"]), "all up, relock = %.2f × redsync (mean; target ≤ 1.0)", float64(mean(up["relock RedLock"]))/float64(mean(up["redsync"]))))
 	r.add(sec)
+}
+
+// redLocker adapts a relock RedLock (whose name is fixed: key is ignored) for bounded, with an owner token
+// of its own per acquisition, as relockLocker does.
+type redLocker struct{ rl *relock.RedLock }
+
+func (r redLocker) name() string { return "relock RedLock" }
+func (r redLocker) lock(ctx context.Context, _ string) (func() error, error) {
+	ctx = relock.WithOwner(ctx, "bench-"+strconv.FormatInt(owners.Add(1), 10))
+	if err := r.rl.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return func() error { return r.rl.Unlock(context.WithoutCancel(ctx)) }, nil
+}
+func (r redLocker) close() {}
+
+// interleaved runs each of ops (in the order of names) once per round, after a warm-up, for d, and returns
+// each one's sorted latencies. A hung call (tolerate) is left out.
+func interleaved(d time.Duration, names []string, ops map[string]func() error) map[string][]time.Duration {
+	for range 50 {
+		for _, n := range names {
+			if err := ops[n](); err != nil && !tolerate(err) {
+				log.Fatalf("%s: %v", n, err)
+			}
+		}
+	}
+	samples := map[string][]time.Duration{}
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		for _, n := range names {
+			t0 := time.Now()
+			if err := ops[n](); err != nil {
+				if tolerate(err) {
+					continue
+				}
+				log.Fatalf("%s: %v", n, err)
+			}
+			samples[n] = append(samples[n], time.Since(t0))
+		}
+	}
+	for _, ds := range samples {
+		slices.Sort(ds)
+	}
+	return samples
 }
 
 // relockOnly: FairLock handoff and ReadWriteLock read throughput, which the peers do not offer.
@@ -659,7 +693,7 @@ var proxyRTT time.Duration
 // proxyNote opens the note of a section run through the latency proxy.
 func proxyNote(lat time.Duration) string {
 	return "Every contender, the floors too, talks to the server through a loopback proxy (the project's internal/faultnet) that holds everything it forwards for " + msText(lat) + " each way: a round trip costs at least " + msText(2*lat) + ". " +
-		"Measured in this run, a PING's round trip through it, one at a time, took " + us(proxyRTT) + " (p50): the proxy waits on Go timers, which on Linux wake a process with nothing else to do no sooner than about 1 ms after they are due to (epoll's timeouts are in milliseconds), so while little else runs each way takes about 1 ms rather than " + msText(lat) + ". The floors pay it as everyone does: compare with them, not with the nominal latency."
+		"Measured in this run, a PING's round trip through it, one at a time, took " + us(proxyRTT) + " (p50), the proxy's own forwarding and the kernel's wake-up of its sleeps (nanosleep(2)) included. The floors pay it as everyone does: compare with them, not with the nominal latency."
 }
 
 // latency: scenarios 1 to 3 again (the 2-owner handoff only), every contender through a proxy that adds

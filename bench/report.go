@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"html"
 	"log"
@@ -10,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -226,6 +228,34 @@ func (l rawLocker) lock(ctx context.Context, key string) (func() error, error) {
 	return func() error { return l.r.release1(context.WithoutCancel(ctx), key) }, nil
 }
 func (l rawLocker) close() {}
+
+// rawFanout runs the raw scripts on every node at once, each on its own goroutine (lock, then unlock):
+// the floor of a RedLock's Lock+Unlock through rueidis.
+type rawFanout []*rawScripts
+
+func (f rawFanout) name() string { return "raw scripts on every node" }
+func (f rawFanout) lock(ctx context.Context, key string) (func() error, error) {
+	if err := f.each(func(r *rawScripts) error { return r.acquire1(ctx, key) }); err != nil {
+		return nil, err
+	}
+	return func() error {
+		return f.each(func(r *rawScripts) error { return r.release1(context.WithoutCancel(ctx), key) })
+	}, nil
+}
+func (f rawFanout) each(fn func(r *rawScripts) error) error {
+	errs := make([]error, len(f))
+	var wg sync.WaitGroup
+	for i, r := range f {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(r)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+func (f rawFanout) close() {}
 
 // pingLocker is the two-PINGs floor as a locker: one PING for the lock, one for the unlock.
 type pingLocker struct{ rdb rueidis.Client }

@@ -106,7 +106,7 @@ func (p *Proxy) pipe(l *link, dir int, src, dst net.Conn) {
 		defer close(done)
 		for c := range queue {
 			if d := time.Until(c.due); d > 0 {
-				time.Sleep(d)
+				sleep(d)
 			}
 			p.mu.Lock()
 			for p.stalled[dir] && !p.closed && !l.dead {
