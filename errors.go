@@ -80,6 +80,12 @@ var (
 // something that does not follow the lock's layout, or the script is not the one relock sent.
 var errUnexpectedReply = errors.New("relock: unexpected reply from Redis")
 
+// errInterrupted is a call's failure when its connection broke under it because of another call: rueidis
+// closes a connection when the context of a call alone on it ends mid-call, and the calls that share the
+// connection fail with that context's error, although their own has not ended. Like any broken
+// connection, its outcome is unknown and it is transient.
+var errInterrupted = errors.New("relock: the connection broke under the call")
+
 // opError reports which operation on which lock failed, and why.
 type opError struct {
 	op   string

@@ -38,10 +38,39 @@ func NewMultiLock(parts ...Lockable) *MultiLock {
 	return m
 }
 
+// tryLock is the MultiLock's acquisition. A failure of its first round is returned at once, as an RLock
+// reports a failed first attempt; once it waits for other owners it rides out transient errors of its
+// parts (a broken connection, a failover) for up to transientGrace, as an RLock's waiter does, and returns
+// the last of them if the wait ends first.
 func (m *MultiLock) tryLock(ctx context.Context, op string, wait, lease time.Duration) (bool, error) {
 	// The bound of the random delay doubles each round, up to retryDelayMax.
 	delay := func(round int) time.Duration { return rand.N(min(retryDelayMin<<min(round-1, 10), retryDelayMax)) }
-	return m.acquire(ctx, op, kindMulti, wait, delay, func(ctx context.Context) (bool, error) { return m.round(ctx, lease) }, nil)
+	var (
+		round        int
+		troubleSince time.Time // when rounds began to fail for transient errors
+		lastErr      error     // the transient error of the last round, ridden out
+	)
+	return m.acquire(ctx, op, kindMulti, wait, delay, func(ctx context.Context) (bool, error) {
+		round++
+		ok, err := m.round(ctx, lease)
+		lastErr = nil
+		if err == nil || round == 1 || !transient(err) || ctx.Err() != nil {
+			troubleSince = time.Time{}
+			return ok, err
+		}
+		if troubleSince.IsZero() {
+			troubleSince = time.Now()
+		} else if time.Since(troubleSince) > transientGrace {
+			return false, err
+		}
+		lastErr = err
+		return false, nil
+	}, func(ok bool, err error) error {
+		if !ok && err == nil && lastErr != nil {
+			return lastErr
+		}
+		return err
+	})
 }
 
 // round tries every part at once; unless it got them all, it releases what it got.

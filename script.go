@@ -6,6 +6,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math"
 	"strconv"
@@ -70,9 +71,9 @@ var (
 // after NOSCRIPT). Scripts are never retried on a network error, because none of them is idempotent.
 func (c *Client) run(ctx context.Context, s *script, keys, args []string) rueidis.RedisResult {
 	if !c.guard.needed(ctx) {
-		return c.guard.observe(s.lua.Exec(ctx, c.rdb, keys, args))
+		return c.guard.observe(ctx, s.lua.Exec(ctx, c.rdb, keys, args))
 	}
-	return withinDeadline(ctx, func() rueidis.RedisResult { return c.guard.observe(s.lua.Exec(ctx, c.rdb, keys, args)) }, rueidis.NewErrorResult)
+	return withinDeadline(ctx, func() rueidis.RedisResult { return c.guard.observe(ctx, s.lua.Exec(ctx, c.rdb, keys, args)) }, rueidis.NewErrorResult)
 }
 
 // runner runs scripts whose replies are integers: the seam between rueidis and the state machines that
@@ -136,7 +137,7 @@ func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]in
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b.replies[i], b.errs[i] = r.c.guard.observe(call.script.lua.Exec(ctx, r.c.rdb, call.keys, call.args)).AsIntSlice()
+				b.replies[i], b.errs[i] = r.c.guard.observe(ctx, call.script.lua.Exec(ctx, r.c.rdb, call.keys, call.args)).AsIntSlice()
 			}()
 		}
 		wg.Wait()
@@ -163,7 +164,9 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 			wait = c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
 			resps = c.rdb.DoMulti(ctx, c.rdb.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
 		}
-		c.guard.observe(resps[0])
+		for i := range resps {
+			resps[i] = c.guard.observe(ctx, resps[i])
+		}
 		return resps
 	}
 	var resps []rueidis.RedisResult
@@ -184,9 +187,9 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 // do runs one plain command, under the same deadline guarantee as run.
 func (c *Client) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	if !c.guard.needed(ctx) {
-		return c.guard.observe(c.rdb.Do(ctx, cmd))
+		return c.guard.observe(ctx, c.rdb.Do(ctx, cmd))
 	}
-	return withinDeadline(ctx, func() rueidis.RedisResult { return c.guard.observe(c.rdb.Do(ctx, cmd)) }, rueidis.NewErrorResult)
+	return withinDeadline(ctx, func() rueidis.RedisResult { return c.guard.observe(ctx, c.rdb.Do(ctx, cmd)) }, rueidis.NewErrorResult)
 }
 
 // callGuard decides how a call whose context can end is made. rueidis honours a call's ctx while it
@@ -212,12 +215,33 @@ func (g *callGuard) needed(ctx context.Context) bool {
 	return ctx.Done() != nil && time.Now().UnixNano() < g.until.Load()
 }
 
-// observe notes a result that may mean a connection broke, and returns it.
-func (g *callGuard) observe(r rueidis.RedisResult) rueidis.RedisResult {
-	if err := r.NonRedisError(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		g.until.Store(time.Now().Add(g.window).UnixNano())
+// observe notes a result of a call made with ctx that may mean a connection broke, and returns it. A
+// context's error that ctx does not explain is another call's (see errInterrupted): it is returned as
+// errInterrupted, and noted as the broken connection it is.
+func (g *callGuard) observe(ctx context.Context, r rueidis.RedisResult) rueidis.RedisResult {
+	err := r.NonRedisError()
+	if err == nil {
+		return r
 	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if ownEnd(ctx, err) {
+			return r
+		}
+		r = rueidis.NewErrorResult(fmt.Errorf("%w (%v)", errInterrupted, err))
+	}
+	g.until.Store(time.Now().Add(g.window).UnixNano())
 	return r
+}
+
+// ownEnd reports whether err, a context's error, is ctx's own: ctx has ended, or err is a deadline's and
+// ctx's has passed (rueidis gives a call alone on a connection the connection's deadline, which can fire
+// a moment before the context's own timer).
+func ownEnd(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(dl)
 }
 
 // withinDeadline returns call's result, or failed(ctx's error) as soon as ctx ends. The call goes on in
