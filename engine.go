@@ -61,7 +61,13 @@ type scriptCall struct {
 }
 
 func newLock(c *Client, kind lockKind, name string, o lockOptions, channel string, s spec) *RLock {
-	return &RLock{c: c, name: name, kind: kind, spec: s, fenced: o.fenced, ack: o.ack, channel: channel}
+	l := makeLock(c, kind, name, o, channel, s)
+	return &l
+}
+
+// makeLock returns the lock value that newLock allocates, for a caller that allocates it with its spec.
+func makeLock(c *Client, kind lockKind, name string, o lockOptions, channel string, s spec) RLock {
+	return RLock{c: c, name: name, kind: kind, spec: s, fenced: o.fenced, ack: o.ack, channel: channel}
 }
 
 func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duration) (bool, error) {

@@ -58,6 +58,39 @@ func companion(prefix, name string) string {
 	return prefix + ":" + nameBase(name)
 }
 
+// companions returns companion(prefix, name) for each of prefixes, built as substrings of one string, so
+// that making a lock, which a caller may do for each use, costs one allocation for all its keys.
+func companions(name string, prefixes ...string) []string {
+	tagged := strings.IndexByte(name, '{') >= 0
+	base := len(name)
+	if !tagged {
+		base += 2
+	}
+	n := 0
+	for _, p := range prefixes {
+		n += len(p) + 1 + base
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, p := range prefixes {
+		b.WriteString(p)
+		b.WriteByte(':')
+		if tagged {
+			b.WriteString(name)
+		} else {
+			b.WriteByte('{')
+			b.WriteString(name)
+			b.WriteByte('}')
+		}
+	}
+	all := b.String()
+	out := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		out[i], all = all[:len(p)+1+base], all[len(p)+1+base:]
+	}
+	return out
+}
+
 // undoneKey is the hash where undone acquisition attempts of the lock name leave their marks
 // (lua/lib/undone.lua).
 func undoneKey(name string) string {

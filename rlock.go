@@ -10,13 +10,18 @@ package relock
 // it. A nil Client gives a lock whose methods return ErrNilClient.
 func (c *Client) Lock(name string, opts ...LockOption) *RLock {
 	o := buildOptions(opts)
-	s := &rlockSpec{name: name, channel: companion("redisson_lock__channel", name)}
-	s.acquireKeys = []string{name, undoneKey(name)}
+	k := companions(name, "redisson_lock__channel", "relock_undone", "relock_release", "redisson_lock_token")
+	channel, undone, release, token := k[0], k[1], k[2], k[3]
+	keys := []string{name, undone, token, name, channel, release, undone}
+	made := &struct { // the lock and its spec in one allocation
+		l RLock
+		s rlockSpec
+	}{s: rlockSpec{name: name, channel: channel, acquireKeys: keys[0:2:2], releaseKeys: keys[3:7:7]}}
 	if o.fenced {
-		s.acquireKeys = append(s.acquireKeys, companion("redisson_lock_token", name))
+		made.s.acquireKeys = keys[0:3:3]
 	}
-	s.releaseKeys = []string{name, s.channel, companion("relock_release", name), undoneKey(name)}
-	return newLock(c, kindRLock, name, o, s.channel, s)
+	made.l = makeLock(c, kindRLock, name, o, channel, &made.s)
+	return &made.l
 }
 
 // rlockSpec is the reentrant lock's kind: lua/rlock_*.lua.
