@@ -23,6 +23,7 @@ package relock
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -79,6 +80,12 @@ type Options struct {
 
 	// MeterProvider gives the meter of relock's metrics. Nil means the global one (otel.GetMeterProvider).
 	MeterProvider metric.MeterProvider
+
+	// Logger, when set, gets a Warn record each time the watchdog could not renew a hold (the hold is at
+	// risk: see HoldRisk) and an Error record when a hold is lost, each with the lock's name and kind
+	// ("lock", "kind"), the owner's field ("owner") and the error or cause ("error"). Nil means no logging,
+	// at no cost on any path.
+	Logger *slog.Logger
 
 	// ShardedPubSub chooses sharded (SPUBLISH, SSUBSCRIBE) or plain (PUBLISH, SUBSCRIBE) pub/sub for release
 	// notifications on Redis Cluster. It must match the shardedSubscriptionMode of the Redisson clients that
@@ -293,6 +300,7 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 		end()
 		return nil, &opError{op: "new", err: err}
 	}
+	c.tel.log = o.Logger
 	c.hub = newHub(redisSubscriber{rdb}, life, c.cluster, c.shardedPubSub)
 	return c, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -243,4 +245,31 @@ func ExampleClient_Inspect() {
 	h := st.Holders[0]
 	fmt.Println(st.Kind, st.Locked, h.Token, h.Count, h.ClientID == c.ID(), st.FencingToken > 0)
 	// Output: rlock true nightly-report 1 true true
+}
+
+// A holder that must not act on a lock it may no longer have stops as soon as its hold is at risk (the
+// watchdog could not renew it), not only once it is lost; Options.Logger logs both.
+func ExampleHoldRisk() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, &relock.Options{
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)), // Warn: a renewal failed; Error: a hold lost
+	})
+	defer c.Close()
+	l := c.Lock("example:at-risk")
+	if err := l.Lock(ctx); err != nil {
+		panic(err)
+	}
+	defer l.Unlock(context.WithoutCancel(ctx))
+	held, _ := l.HoldContext(ctx)
+
+	atRisk, changed, err := relock.HoldRisk(held)
+	fmt.Println("at risk:", atRisk, err)
+	select {
+	case <-changed: // at risk (or lost: held is then done): stop writing
+	case <-time.After(10 * time.Millisecond): // the work, done while the hold is sound
+		fmt.Println("work done")
+	}
+	// Output:
+	// at risk: false <nil>
+	// work done
 }

@@ -15,7 +15,7 @@ func (w *holdTable) holdContext(parent context.Context, k holdKey) (context.Cont
 		w.mu.Unlock()
 		return nil, ErrNotHeld
 	}
-	hc := h.doneLocked()
+	hc := h.doneLocked(w)
 	if parent.Done() == nil {
 		w.mu.Unlock()
 		return withValuesOf(hc, parent), nil
@@ -25,13 +25,14 @@ func (w *holdTable) holdContext(parent context.Context, k holdKey) (context.Cont
 		w.mu.Unlock()
 		stop := context.AfterFunc(hc, func() { cancel(context.Cause(hc)) })
 		context.AfterFunc(d, func() { stop() })
-		return d, nil
+		return context.WithValue(d, holdRefKey{}, holdRef{w, h}), nil
 	}
 	if d, ok := h.derived[parent]; ok {
 		w.mu.Unlock()
 		return d.ctx, nil
 	}
-	ctx, cancel := context.WithCancelCause(parent)
+	cctx, cancel := context.WithCancelCause(parent)
+	ctx := context.WithValue(cctx, holdRefKey{}, holdRef{w, h}) // for HoldRisk
 	if h.derived == nil {
 		h.derived = make(map[context.Context]derived)
 	}
@@ -61,13 +62,15 @@ func (w *holdTable) holdDone(k holdKey) (context.Context, error) {
 	if h == nil || h.count <= 0 || h.ended || h.keepAlive {
 		return nil, ErrNotHeld
 	}
-	return h.doneLocked(), nil
+	return h.doneLocked(w), nil
 }
 
-// doneLocked returns the context that ends with h, making it at the first call.
-func (h *hold) doneLocked() context.Context {
+// doneLocked returns the context that ends with h, h of w, making it at the first call. It carries its
+// hold, for HoldRisk.
+func (h *hold) doneLocked(w *holdTable) context.Context {
 	if h.ctx == nil {
-		h.ctx, h.cancel = context.WithCancelCause(context.Background())
+		ctx, cancel := context.WithCancelCause(context.Background())
+		h.ctx, h.cancel = context.WithValue(ctx, holdRefKey{}, holdRef{w, h}), cancel
 	}
 	return h.ctx
 }

@@ -65,6 +65,10 @@ type hold struct {
 	cancel  context.CancelCauseFunc
 	derived map[context.Context]derived
 	span    trace.Span // "relock.hold", from the first acquisition to the release or loss
+	// atRisk is set while renewals are failing (see HoldRisk); riskChanged, made by the first HoldRisk
+	// call after a change, is closed at the next change of atRisk or at the hold's end.
+	atRisk      bool
+	riskChanged chan struct{}
 }
 
 // holdTable is the Client's table of its owners' holds: the truth behind HoldContext (holdcontext.go),
@@ -222,6 +226,10 @@ func (w *holdTable) endLocked(h *hold, cause error) ending {
 		return ending{}
 	}
 	h.ended = true
+	if h.riskChanged != nil {
+		close(h.riskChanged)
+		h.riskChanged = nil
+	}
 	if w.holds[h.key] == h {
 		delete(w.holds, h.key)
 	}
@@ -260,6 +268,7 @@ func (e ending) report(t *telemetry) {
 		o = outcomeGone
 		if e.cause != errLeaseExpired {
 			t.losses.Add(ctx, 1, t.byKind[h.kind].add...)
+			t.logLoss(h, e.cause)
 		}
 	}
 	if h.span.IsRecording() {

@@ -3,6 +3,7 @@ package relock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"reflect"
 	"time"
 
@@ -106,7 +107,10 @@ type telemetry struct {
 	holdTime     metric.Float64Histogram // relock.hold.duration {kind}
 	renewals     metric.Int64Counter     // relock.renewals {outcome}
 	losses       metric.Int64Counter     // relock.losses {kind}
+	atRisk       metric.Int64Counter     // relock.at_risk {kind}
 	held         metric.Registration     // relock.held {kind}, observed from the watchdog's table
+
+	log *slog.Logger // Options.Logger: nil, or where renewal failures and losses are logged
 
 	// The attribute sets of measurements, as the instruments' variadic options take them (a slice made at
 	// each call would be allocated: the instruments are interfaces).
@@ -139,7 +143,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, observeHeld 
 	t := &telemetry{tracer: tp.Tracer(instrumentationName), global: unsetGlobalTracerProvider != nil && tp == unsetGlobalTracerProvider}
 	m := mp.Meter(instrumentationName)
 	// Every instrument is made; what failed is returned, joined.
-	var errs [6]error
+	var errs [7]error
 	t.acquisitions, errs[0] = m.Int64Counter("relock.acquisitions",
 		metric.WithDescription("Lock acquisitions (Lock, TryLock), by outcome."), metric.WithUnit("{acquisition}"))
 	t.waitTime, errs[1] = m.Float64Histogram("relock.wait.duration",
@@ -150,6 +154,8 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, observeHeld 
 		metric.WithDescription("Watchdog renewals of holds, by outcome."), metric.WithUnit("{renewal}"))
 	t.losses, errs[4] = m.Int64Counter("relock.losses",
 		metric.WithDescription("Holds lost before their owner released them."), metric.WithUnit("{loss}"))
+	t.atRisk, errs[6] = m.Int64Counter("relock.at_risk",
+		metric.WithDescription("Times a hold became at risk: the watchdog could not renew it, and had not since it last could."), metric.WithUnit("{hold}"))
 	heldGauge, err := m.Int64ObservableUpDownCounter("relock.held",
 		metric.WithDescription("Locks held by this Client's owners."), metric.WithUnit("{lock}"))
 	errs[5] = err

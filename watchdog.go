@@ -222,6 +222,7 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 	w.mu.Lock()
 	now := time.Now()
 	var ended []ending
+	var failures []renewalFailure
 	var renewed, failed, gone int64
 	for i, h := range due {
 		h.inflight = false
@@ -237,6 +238,7 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 			if exp := sentAt.Add(w.timeout); exp.After(h.expiresAt) {
 				h.expiresAt = exp
 			}
+			h.setRiskLocked(false)
 			w.scheduleLocked(h, sentAt)
 		case !h.renews && !now.Before(h.expiresAt):
 			ended = append(ended, w.endLocked(h, errLeaseExpired))
@@ -250,6 +252,10 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 			// No answer: not a loss until the hold's expiry. Try again soon.
 			if h.renews {
 				failed++
+				if began := h.setRiskLocked(true); !h.keepAlive { // a queue entry is not a hold
+					failures = append(failures, renewalFailure{kind: h.kind, name: h.name, owner: h.key.field,
+						expiresIn: h.expiresAt.Sub(now), began: began})
+				}
 			}
 			if h.span.IsRecording() {
 				h.span.AddEvent("renewal failed", trace.WithAttributes(attribute.String("error", fmt.Sprint(err))))
@@ -272,6 +278,7 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 	if gone > 0 {
 		t.renewals.Add(ctx, gone, t.byOutcome[outcomeGone].add...)
 	}
+	t.reportRenewalFailures(failures, err)
 	reportAll(t, ended)
 }
 
