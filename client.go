@@ -18,6 +18,18 @@
 //
 // Who owns a hold is decided by one rule for every lock type: the owner token carried by the context
 // (WithOwner), or else the calling goroutine. See WithOwner.
+//
+// # Which lock do I need?
+//
+//   - One owner at a time, reentrant, Redisson's RLock: [Client.Lock] (examples: the package's,
+//     RLock.Lock's "reentrant", RLock.TryLock's).
+//   - One owner at a time, in the order they came: [Client.FairLock] (Client.FairLock's example).
+//   - Many readers or one writer: [Client.ReadWriteLock] (Client.ReadWriteLock's example).
+//   - Several locks held as one, all or none, on any Clients: [NewMultiLock] (NewMultiLock's example).
+//   - A majority of independent Redis masters, the Redlock algorithm: [NewRedLock] (NewRedLock's example).
+//   - Storage that must reject a stale holder's writes: any lock [WithFencing] (WithFencing's example).
+//   - Work that must stop when the lock is lost: [Do], or [RLock.HoldContext] and [HoldRisk] (their
+//     examples).
 package relock
 
 import (

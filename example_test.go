@@ -273,3 +273,63 @@ func ExampleHoldRisk() {
 	// at risk: false <nil>
 	// work done
 }
+
+// A fair lock hands itself to waiters in the order they came: here three workers queue behind a holder,
+// and take the lock in turn.
+func ExampleClient_FairLock() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	l := c.FairLock("example:fair")
+
+	_ = l.Lock(relock.WithOwner(ctx, "holder"))
+	var order []string
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, worker := range []string{"first", "second", "third"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			owner := relock.WithOwner(ctx, worker)
+			if err := l.Lock(owner); err != nil {
+				panic(err)
+			}
+			mu.Lock()
+			order = append(order, worker)
+			mu.Unlock()
+			_ = l.Unlock(owner)
+		}()
+		// Queued before the next one comes (Inspect shows the queue).
+		for queued := 0; queued < i+1; {
+			st, _ := c.Inspect(ctx, "example:fair")
+			queued = st.QueueLen
+			time.Sleep(time.Millisecond)
+		}
+	}
+	_ = l.Unlock(relock.WithOwner(ctx, "holder"))
+	wg.Wait()
+	fmt.Println(order)
+	// Output: [first second third]
+}
+
+// A RedLock is held when a majority of its parts are, each part a lock on its own Client and Redis
+// master; it rides out a minority of nodes down. (Here, to run anywhere, the three parts share one server.)
+func ExampleNewRedLock() {
+	ctx := context.Background()
+	var parts []relock.Lockable
+	for _, node := range []string{"a", "b", "c"} {
+		c, _ := relock.New([]string{redisAddr}, nil) // in production: a different master for each part
+		defer c.Close()
+		parts = append(parts, c.Lock("example:redlock:"+node))
+	}
+	rl := relock.NewRedLock(parts, nil)
+	if err := rl.Lock(ctx); err != nil {
+		panic(err)
+	}
+	validity, _ := rl.Validity(ctx)
+	fmt.Println("valid for a while:", validity > time.Second)
+	fmt.Println("unlock:", rl.Unlock(ctx))
+	// Output:
+	// valid for a while: true
+	// unlock: <nil>
+}
