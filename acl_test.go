@@ -1,0 +1,139 @@
+package relock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+// readmeACL returns the library's minimal ACL rules as README.md gives them (the code block after
+// "<!-- acl -->"), for locks whose names start with "app:", without ACL SETUSER and the user's name.
+func readmeACL(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "<!-- acl -->")
+	if !ok {
+		t.Fatal(`README.md has no "<!-- acl -->" block`)
+	}
+	_, block, _ := strings.Cut(after, "```sh\n")
+	block, _, _ = strings.Cut(block, "```")
+	words := strings.Fields(strings.ReplaceAll(block, "\\\n", " "))
+	if len(words) < 4 || words[0] != "ACL" || words[1] != "SETUSER" {
+		t.Fatalf("README's ACL block does not start with ACL SETUSER <user>: %q", block)
+	}
+	for i, w := range words {
+		words[i] = strings.Trim(w, "'") // shell quoting
+	}
+	return words[3:]
+}
+
+// The library works as a Redis user holding exactly the ACL README.md gives, for every lock type and its
+// waits, and that ACL does confine it to its prefix.
+func TestMinimalACL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := rawClient(t, srv)
+	rules := readmeACL(t)
+	if err := do(t, admin, append([]string{"ACL", "SETUSER", "relock-app"}, rules...)...).Error(); err != nil {
+		t.Fatalf("README's ACL: %v", err)
+	}
+	do(t, admin, "ACL", "SETUSER", "relock-app", ">secret") // README's rules carry a placeholder password
+	ctx := ctxTimeout(t, 30*time.Second)
+	newUserClient := func() *relock.Client {
+		c, err := relock.New([]string{srv.Addr()}, &relock.Options{WatchdogTimeout: 900 * time.Millisecond,
+			Redis: rueidis.ClientOption{Username: "relock-app", Password: "secret"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := newUserClient(), newUserClient()
+	one, two := relock.WithOwner(ctx, "one"), relock.WithOwner(ctx, "two")
+
+	// Every lock type: a hold, reentry, a waiter on the other Client woken by the release, renewals.
+	kinds := map[string]func(c *relock.Client, name string) relock.Lockable{
+		"rlock":  func(c *relock.Client, name string) relock.Lockable { return c.Lock(name, relock.WithFencing()) },
+		"fair":   func(c *relock.Client, name string) relock.Lockable { return c.FairLock(name) },
+		"write":  func(c *relock.Client, name string) relock.Lockable { return c.ReadWriteLock(name).WriteLock() },
+		"read":   func(c *relock.Client, name string) relock.Lockable { return c.ReadWriteLock(name).ReadLock() },
+		"writep": func(c *relock.Client, name string) relock.Lockable { return c.ReadWriteLock(name, relock.WithWriterPriority()).WriteLock() },
+	}
+	for kind, newLock := range kinds {
+		name := "app:acl:" + kind
+		la, lb := newLock(a, name), newLock(b, name)
+		for range 2 {
+			if err := la.Lock(one); err != nil {
+				t.Fatalf("%s: Lock as the ACL user: %v", kind, err)
+			}
+		}
+		if _, err := la.FencingToken(one); err != nil && kind == "rlock" {
+			t.Fatalf("%s: FencingToken: %v", kind, err)
+		}
+		if _, err := la.IsLocked(one); err != nil {
+			t.Fatalf("%s: IsLocked: %v", kind, err)
+		}
+		var other relock.Lockable = lb
+		if kind == "read" { // readers share: a writer waits instead
+			other = b.ReadWriteLock(name).WriteLock()
+		}
+		got := make(chan error, 1)
+		go func() { got <- other.Lock(two) }()
+		time.Sleep(1200 * time.Millisecond) // past a renewal, and the waiter is waiting
+		for range 2 {
+			if err := la.Unlock(one); err != nil {
+				t.Fatalf("%s: Unlock: %v", kind, err)
+			}
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("%s: the waiter: %v", kind, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the waiter was not woken", kind)
+		}
+		if err := other.Unlock(two); err != nil {
+			t.Fatal(err)
+		}
+		if err := la.LockWithLease(one, time.Second); err != nil {
+			t.Fatalf("%s: LockWithLease: %v", kind, err)
+		}
+		if _, err := la.ForceUnlock(one); err != nil {
+			t.Fatalf("%s: ForceUnlock: %v", kind, err)
+		}
+	}
+	multi := relock.NewMultiLock(a.Lock("app:acl:m1"), a.FairLock("app:acl:m2"))
+	if err := multi.Lock(one); err != nil {
+		t.Fatalf("MultiLock: %v", err)
+	}
+	if err := multi.Unlock(one); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Inspect(ctx, "app:acl:rlock"); err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+
+	// The ACL confines the user to its prefix: a lock outside it is refused, and nothing is written.
+	err := a.Lock("other:acl").Lock(one)
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("Lock outside the ACL's prefix = %v, want a NOPERM error", err)
+	}
+	if n, _ := do(t, admin, "EXISTS", "other:acl").AsInt64(); n != 0 {
+		t.Fatal("the refused lock was written")
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal("the refusal took the whole deadline")
+	}
+}
