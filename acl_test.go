@@ -64,11 +64,13 @@ func TestMinimalACL(t *testing.T) {
 
 	// Every lock type: a hold, reentry, a waiter on the other Client woken by the release, renewals.
 	kinds := map[string]func(c *relock.Client, name string) relock.Lockable{
-		"rlock":  func(c *relock.Client, name string) relock.Lockable { return c.Lock(name, relock.WithFencing()) },
-		"fair":   func(c *relock.Client, name string) relock.Lockable { return c.FairLock(name) },
-		"write":  func(c *relock.Client, name string) relock.Lockable { return c.ReadWriteLock(name).WriteLock() },
-		"read":   func(c *relock.Client, name string) relock.Lockable { return c.ReadWriteLock(name).ReadLock() },
-		"writep": func(c *relock.Client, name string) relock.Lockable { return c.ReadWriteLock(name, relock.WithWriterPriority()).WriteLock() },
+		"rlock": func(c *relock.Client, name string) relock.Lockable { return c.Lock(name, relock.WithFencing()) },
+		"fair":  func(c *relock.Client, name string) relock.Lockable { return c.FairLock(name) },
+		"write": func(c *relock.Client, name string) relock.Lockable { return c.ReadWriteLock(name).WriteLock() },
+		"read":  func(c *relock.Client, name string) relock.Lockable { return c.ReadWriteLock(name).ReadLock() },
+		"writep": func(c *relock.Client, name string) relock.Lockable {
+			return c.ReadWriteLock(name, relock.WithWriterPriority()).WriteLock()
+		},
 	}
 	for kind, newLock := range kinds {
 		name := "app:acl:" + kind
