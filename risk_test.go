@@ -1,13 +1,11 @@
 package relock_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,25 +14,11 @@ import (
 	"github.com/relock-go/relock/internal/redistest"
 )
 
-// lockedBuffer is a bytes.Buffer safe for a slog handler and a test to share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// records returns the JSON log records written so far.
-func (l *lockedBuffer) records(t *testing.T) []map[string]any {
+// logRecords returns the JSON log records written to b so far.
+func logRecords(t *testing.T, b *redistest.OutputBuffer) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -54,7 +38,7 @@ func TestHoldAtRiskThenLost(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := startProxy(t, srv)
 	obs := newObserved(t, 900*time.Millisecond) // renewals every 300 ms
-	logs := &lockedBuffer{}
+	logs := &redistest.OutputBuffer{}
 	obs.opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	c := clientAt(t, proxy.Addr, obs.opts)
 	ctx := relock.WithOwner(ctxTimeout(t, 30*time.Second), "holder")
@@ -102,7 +86,7 @@ func TestHoldAtRiskThenLost(t *testing.T) {
 		t.Fatalf("relock.at_risk = %d, want at least 1", got)
 	}
 	var warned bool
-	for _, r := range logs.records(t) {
+	for _, r := range logRecords(t, logs) {
 		if r["level"] == "WARN" && r["lock"] == "risky" && r["kind"] == "rlock" && strings.HasSuffix(r["owner"].(string), ":holder") && r["error"] != nil {
 			warned = true
 		}
@@ -111,7 +95,7 @@ func TestHoldAtRiskThenLost(t *testing.T) {
 		}
 	}
 	if !warned {
-		t.Fatalf("no Warn record of the failed renewal: %v", logs.records(t))
+		t.Fatalf("no Warn record of the failed renewal: %v", logRecords(t, logs))
 	}
 
 	// Renewals fail past the expiry: lost.
@@ -132,7 +116,7 @@ func TestHoldAtRiskThenLost(t *testing.T) {
 		t.Fatalf("relock.losses = %d, want 1", got)
 	}
 	eventually(t, 2*time.Second, "an Error record of the loss", func() bool {
-		for _, r := range logs.records(t) {
+		for _, r := range logRecords(t, logs) {
 			if r["level"] == "ERROR" && r["lock"] == "risky" && r["kind"] == "rlock" && strings.Contains(r["error"].(string), "lock lost") {
 				return true
 			}
