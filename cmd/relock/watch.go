@@ -109,10 +109,11 @@ func runWatch(ctx context.Context, e env) error {
 		}
 		return lockError(&c, name, err)
 	}
-	w.prev, w.held, w.known = st, st.Locked, st.Holders
+	w.prev, w.held, w.known, w.mode, w.unnamed = st, st.Locked, st.Holders, st.Mode, nil
 	w.emit(time.Now(), srcStart, "", watchEvStart, fmt.Sprintf("watching lock %q (Ctrl-C stops)", name), nil, &st)
 
 	q := newWatchQueue()
+	w.q = q
 	subDone := make(chan struct{})
 	sharded := rdb.Mode() == rueidis.ClientModeCluster && strings.ToLower(c.sharded) != "off"
 	go func() {
@@ -128,11 +129,22 @@ func runWatch(ctx context.Context, e env) error {
 		case <-ctx.Done():
 			return nil
 		case <-q.ready:
-			for _, it := range q.take() {
+			items := q.take()
+			for len(items) > 0 {
 				if ctx.Err() != nil {
 					return nil
 				}
-				w.handle(ctx, it)
+				// Keyspace events that came together (one script makes several) are read once, together.
+				n := 1
+				if w.notify && items[0].kind == itemKeyspace {
+					for n < len(items) && items[n].kind == itemKeyspace {
+						n++
+					}
+					w.onKeyspace(ctx, items[:n])
+				} else {
+					w.handle(ctx, items[0])
+				}
+				items = items[n:]
 			}
 		case <-tick.C:
 			if !w.notify || !w.subscribed {
@@ -226,6 +238,13 @@ func (q *watchQueue) push(it watchItem) {
 	case q.ready <- struct{}{}:
 	default:
 	}
+}
+
+// pending reports whether a keyspace event waits in the queue.
+func (q *watchQueue) pending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.ContainsFunc(q.items, func(it watchItem) bool { return it.kind == itemKeyspace })
 }
 
 func (q *watchQueue) take() []watchItem {
@@ -343,6 +362,7 @@ func checkNotifications(ctx context.Context, dc rueidis.DedicatedClient, enable 
 type watcher struct {
 	e        env
 	c        *common
+	q        *watchQueue
 	name     string
 	lc       *relock.Client
 	interval time.Duration
@@ -358,6 +378,10 @@ type watcher struct {
 	// while held (who a del or an expiry is about).
 	held  bool
 	known []relock.Holder
+	mode  string // the mode of a held read-write lock, as last read
+	// unnamed is an acquisition whose events came, not reported yet: a reading that is not ahead of the
+	// events names its holder, or its release (del, expired) reports it without.
+	unnamed *watchItem
 }
 
 // read reads the lock's state; on an error it prints it (once) and returns false.
@@ -417,7 +441,7 @@ func (w *watcher) handle(ctx context.Context, it watchItem) {
 		w.tell(it.notify)
 		if st, ok := w.read(ctx); ok {
 			w.emitAll(it.at, srcResync, "", changes(w.prev, st, w.interval), &st)
-			w.prev, w.held, w.known = st, st.Locked, st.Holders
+			w.prev, w.held, w.known, w.mode, w.unnamed = st, st.Locked, st.Holders, st.Mode, nil
 		}
 	case itemLost:
 		w.subscribed = false
@@ -434,7 +458,7 @@ func (w *watcher) handle(ctx context.Context, it watchItem) {
 			w.say("keyspace notifications arrive after all: every change of the lock is reported from now on")
 		}
 		if w.notify {
-			w.onKeyspace(ctx, it)
+			w.onKeyspace(ctx, []watchItem{it})
 		} else {
 			w.onQueueEvent(ctx, it)
 		}
@@ -477,7 +501,7 @@ func (w *watcher) poll(ctx context.Context) {
 		return
 	}
 	w.emitAll(time.Now(), srcPoll, "", changes(w.prev, st, w.interval), &st)
-	w.prev, w.held, w.known = st, st.Locked, st.Holders
+	w.prev, w.held, w.known, w.mode, w.unnamed = st, st.Locked, st.Holders, st.Mode, nil
 }
 
 // onRelease handles a release message without notifications: a release happened, whether or not the
@@ -497,7 +521,7 @@ func (w *watcher) onRelease(ctx context.Context, it watchItem) {
 		chs = append(releasedBy(w.prev.Holders, "its holder was not seen: acquired and released between two readings"), changes(free, st, w.interval)...)
 	}
 	w.emitAll(it.at, srcMessage, trigger, chs, &st)
-	w.prev, w.held, w.known = st, st.Locked, st.Holders
+	w.prev, w.held, w.known, w.mode, w.unnamed = st, st.Locked, st.Holders, st.Mode, nil
 }
 
 // onQueueEvent handles an event on a queue key: who joined or left it.
@@ -510,66 +534,83 @@ func (w *watcher) onQueueEvent(ctx context.Context, it watchItem) {
 	w.prev.Queue, w.prev.QueueLen = st.Queue, st.QueueLen
 }
 
-// onKeyspace handles a keyspace notification with notifications on.
-func (w *watcher) onKeyspace(ctx context.Context, it watchItem) {
+// onKeyspace handles keyspace notifications that came together, with notifications on. The events say
+// what happened, in order: a hash write on a free lock is an acquisition, del a release, expired an
+// expiry. One reading, after them, says by whom: it names the holders of the last acquisition, and the
+// hold counts, readers and queue as they are then. An acquisition followed in the same run by its release
+// is reported without its holder (it was gone before it could be read); so is everything when more events
+// came during the reading (the reading is then ahead of the events).
+func (w *watcher) onKeyspace(ctx context.Context, items []watchItem) {
 	st, ok := w.read(ctx)
 	if !ok {
 		return
 	}
-	var chs []change
-	if it.key == w.spec.lock {
+	current := !w.q.pending()
+	last := items[len(items)-1]
+	acquiredAt := w.unnamed // an acquisition not reported yet: its holder is named by a current reading
+	for i := range items {
+		it := &items[i]
+		if it.key != w.spec.lock {
+			continue
+		}
 		switch it.event {
 		case "hset", "hsetnx", "hincrby", "hincrbyfloat", "hmset":
-			switch {
-			case !w.held:
-				w.held = true
-				if st.Locked {
-					for _, h := range st.Holders {
-						chs = append(chs, acquiredChange(h))
-					}
-					w.known = st.Holders
-				} else {
-					chs = append(chs, change{watchEvAcquired, "lock acquired (and released before it could be read: holder not seen)", nil})
-					w.known = nil
-				}
-			case st.Locked && !vanished(w.known, st.Holders):
-				// A new reader, or a hold count moving. (When a holder is gone, this was the first step of a
-				// release, whose hdel or del follows.)
-				chs = append(chs, holderChanges(w.known, st.Holders)...)
-				w.known = st.Holders
+			if !w.held {
+				w.held, w.known, acquiredAt = true, nil, &watchItem{at: it.at, event: it.event}
 			}
-		case "hdel":
-			if w.held && st.Locked {
-				chs = append(chs, holderChanges(w.known, st.Holders)...)
-				w.known = st.Holders
+		case "del", "expired":
+			if !w.held {
+				continue
 			}
-		case "del":
-			if w.held {
-				chs = append(chs, releasedBy(w.known, "its holder was not seen")...)
-				w.held, w.known = false, nil
+			if acquiredAt != nil {
+				w.emit(acquiredAt.at, srcKeyspace, acquiredAt.event, watchEvAcquired, "lock acquired (and released before it could be read: holder not seen)", nil, &st)
+				acquiredAt = nil
 			}
-		case "expired":
-			if w.held {
-				chs = append(chs, expiredChange(w.known))
-				w.held, w.known = false, nil
+			var chs []change
+			if it.event == "del" {
+				chs = releasedBy(w.known, "its holder was not seen")
+			} else {
+				chs = []change{expiredChange(w.known)}
 			}
-		case "expire", "pexpire":
-			// A renewal (or the TTL an acquisition sets): nothing to print.
+			w.emitAll(it.at, srcKeyspace, it.event, chs, &st)
+			w.held, w.known, w.mode, w.unnamed = false, nil, "", nil
+		case "hdel", "expire", "pexpire", "persist":
+			// A reader leaving or a hold count moving (told by the reading below), a renewal, a TTL set by an
+			// acquisition: nothing of its own to print.
 		default:
-			chs = append(chs, change{watchEvChanged, fmt.Sprintf("lock key: %s", it.event), nil})
-			w.held, w.known = st.Locked, st.Holders
-		}
-		if w.prev.Mode != "" && st.Mode != "" && w.prev.Mode != st.Mode && w.held {
-			chs = append(chs, change{watchEvMode, fmt.Sprintf("mode: %s -> %s", w.prev.Mode, st.Mode), nil})
+			w.emit(it.at, srcKeyspace, it.event, watchEvChanged, "lock key: "+it.event, nil, &st)
 		}
 	}
-	chs = append(chs, queueChanges(w.prev, st)...)
-	w.emitAll(it.at, srcKeyspace, it.event, chs, &st)
-	if st.Mode != "" || !w.held {
-		w.prev.Mode = st.Mode
+	var chs []change
+	switch {
+	case !w.held:
+	case !current || !st.Locked:
+		// The reading is ahead of the events, or the lock is being released (its del is on its way): the
+		// next events tell. An acquisition waits for them to be named.
+		w.unnamed = acquiredAt
+		acquiredAt = nil
+	case acquiredAt != nil:
+		for _, h := range st.Holders {
+			chs = append(chs, acquiredChange(h))
+		}
+		w.known, w.mode, w.unnamed = st.Holders, st.Mode, nil
+	default:
+		if w.mode != "" && st.Mode != "" && w.mode != st.Mode {
+			chs = append(chs, change{watchEvMode, fmt.Sprintf("mode: %s -> %s", w.mode, st.Mode), nil})
+		}
+		chs = append(chs, holderChanges(w.known, st.Holders)...)
+		w.known, w.mode = st.Holders, st.Mode
 	}
-	w.prev.Kind, w.prev.Locked, w.prev.Holders, w.prev.TTL, w.prev.FencingToken = st.Kind, st.Locked, st.Holders, st.TTL, st.FencingToken
-	w.prev.Queue, w.prev.QueueLen = st.Queue, st.QueueLen
+	at, trigger := last.at, last.event
+	if acquiredAt != nil {
+		at, trigger = acquiredAt.at, acquiredAt.event
+	}
+	if current {
+		chs = append(chs, queueChanges(w.prev, st)...)
+		w.prev.Queue, w.prev.QueueLen = st.Queue, st.QueueLen
+	}
+	w.emitAll(at, srcKeyspace, trigger, chs, &st)
+	w.prev.Kind, w.prev.Locked, w.prev.Holders, w.prev.TTL, w.prev.FencingToken, w.prev.Mode = st.Kind, st.Locked, st.Holders, st.TTL, st.FencingToken, st.Mode
 }
 
 // change is one line of watch's output.
