@@ -23,11 +23,11 @@ import (
 //     redisson_lock__channel:<base>:<owner> (a pattern), and redisson_rwlock:<base> (ReadWriteLock); with
 //     SSUBSCRIBE too on a cluster whose releases may be sharded.
 //
-// Everything arrives in order on that one connection. Each event is followed by one read of the lock's
-// state (Client.Inspect, one script), and printed with it. With notifications, the lock key's own events
-// say what happened: a hash write on a free lock is an acquisition, del a release, expired an expiry, and
-// the state read after them says by whom (a hold that ended before the read is reported without its
-// holder). Without them, release messages are printed as they come, and the state is read every
+// Everything arrives in order on that one connection. Each event, or burst of events that arrived
+// together, is followed by one read of the lock's state (Client.Inspect, one script), and printed with it.
+// With notifications, the lock key's own events say what happened: a hash write on a free lock is an
+// acquisition, del a release, expired an expiry, and the state read after them says by whom (see
+// onKeyspace). Without them, release messages are printed as they come, and the state is read every
 // --interval to see acquisitions.
 
 // watchEventJSON is one line of `watch --json` (newline-delimited JSON): one event, and the lock's state
