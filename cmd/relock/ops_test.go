@@ -398,14 +398,10 @@ func TestWatch(t *testing.T) {
 		t.Fatalf("watch: exit %d: %s", r.code, r.stderr)
 	}
 	var events []string
-	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
-		var ev watchEventJSON
-		if err := json.Unmarshal([]byte(line), &ev); err != nil {
-			t.Fatalf("watch --json line %q: %v", line, err)
-		}
-		events = append(events, ev.Events...)
+	for _, ev := range parseWatch(t, r.stdout) {
+		events = append(events, ev.Text)
 	}
-	want := []string{"initial", "lock acquired by owner w1 of client " + c.ID(), "fencing token 0 -> 1",
+	want := []string{`watching lock "watched" (Ctrl-C stops)`, "lock acquired by owner w1 of client " + c.ID(), "fencing token 0 -> 1",
 		"lock re-entered by owner w1 of client " + c.ID() + " (hold count 1 -> 2)",
 		"lock partly released by owner w1 of client " + c.ID() + " (hold count 2 -> 1)",
 		"lock released by owner w1 of client " + c.ID()}
