@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"syscall"
@@ -188,8 +189,10 @@ func ctxOver(ctx context.Context) bool {
 	return ok && !time.Now().Before(dl)
 }
 
-// redisError turns an error talking to Redis at addr into one line an operator can act on.
+// redisError turns an error talking to Redis at addr into one line an operator can act on. A URL's
+// password is never shown.
 func redisError(addr string, err error) error {
+	addr = redactURL(addr)
 	var ne net.Error
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -204,4 +207,16 @@ func redisError(addr string, err error) error {
 		return fmt.Errorf("cannot resolve the Redis address %s: %v", addr, err)
 	}
 	return fmt.Errorf("Redis at %s: %w", addr, err)
+}
+
+// redactURL returns addr with the password of a redis:// or rediss:// URL replaced by "xxxxx".
+func redactURL(addr string) string {
+	if !strings.Contains(addr, "://") {
+		return addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	return u.Redacted()
 }

@@ -175,6 +175,9 @@ func printState(w io.Writer, st relock.LockState, conns map[string][]string) {
 			fmt.Fprintf(w, ", TTL %s", fmtTTL(h.TTL))
 		}
 		fmt.Fprintln(w)
+		if conns == nil && h.ClientID != "" {
+			fmt.Fprintln(w, "          its connections are not shown: CLIENT LIST failed (a Redis ACL may forbid it: see the README's ACL for the relock command)")
+		}
 		if conns != nil && h.ClientID != "" {
 			if addrs := conns[h.ClientID]; len(addrs) > 0 {
 				fmt.Fprintf(w, "          its client is connected from %s (%d connection%s)\n", strings.Join(hosts(addrs), ", "), len(addrs), plural(len(addrs)))

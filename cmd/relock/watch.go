@@ -297,15 +297,25 @@ func subscribeOnce(ctx context.Context, rdb rueidis.Client, c *common, spec watc
 		return false, err
 	}
 	st := checkNotifications(cctx, dc, enable)
-	st.addr = c.redis
-	cmds := rueidis.Commands{
-		dc.B().Subscribe().Channel(ksLock, ksQueue, ksWriters, spec.lockChannel, spec.rwChannel).Build(),
-		dc.B().Psubscribe().Pattern(spec.fairPattern).Build(),
+	st.addr = redactURL(c.redis)
+	// The release channels are what the library's ACL grants; the keyspace channels and the pattern of a
+	// FairLock's waiters need the command's additions (README): without them watch says so and goes on.
+	if err := dc.Do(cctx, dc.B().Subscribe().Channel(spec.lockChannel, spec.rwChannel).Build()).Error(); err != nil {
+		return false, err
 	}
-	for _, r := range dc.DoMulti(cctx, cmds...) {
-		if err := r.Error(); err != nil {
+	if err := dc.Do(cctx, dc.B().Subscribe().Channel(ksLock, ksQueue, ksWriters).Build()).Error(); err != nil {
+		if !noPerm(err) {
 			return false, err
 		}
+		st.on, st.enable = false, false
+		st.note = fmt.Sprintf("this Redis user may not subscribe to the lock's keyspace channels (%v)", err)
+	}
+	if err := dc.Do(cctx, dc.B().Psubscribe().Pattern(spec.fairPattern).Build()).Error(); err != nil {
+		if !noPerm(err) {
+			return false, err
+		}
+		st.note = strings.TrimPrefix(st.note+"; ", "; ") +
+			fmt.Sprintf("a FairLock's releases to its waiters are not watched: this Redis user may not PSUBSCRIBE (%v)", err)
 	}
 	if sharded {
 		// Releases announced with SPUBLISH (Options.ShardedPubSub); an error (Redis 6) means there are none.
@@ -321,6 +331,12 @@ func subscribeOnce(ctx context.Context, rdb rueidis.Client, c *common, spec watc
 	case <-ctx.Done():
 		return true, nil
 	}
+}
+
+// noPerm reports whether err is Redis refusing a command for the user's ACL.
+func noPerm(err error) bool {
+	rerr, ok := rueidis.IsRedisErr(err)
+	return ok && strings.HasPrefix(rerr.Error(), "NOPERM")
 }
 
 // notificationsOn reports whether notify-keyspace-events flags send what watch needs: keyspace events (K)
