@@ -37,6 +37,7 @@ func loadScript(name string) *script {
 		var text string
 		if text, err = luasrc.Load(lua, name); err == nil {
 			sum := sha1.Sum([]byte(text))
+			luasrc.Record(name, hex.EncodeToString(sum[:]))
 			return &script{name: name, src: text, sha1: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(text)}
 		}
 	}
