@@ -58,6 +58,7 @@ import (
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/luasrc"
+	"github.com/relock-go/relock/internal/stepclock"
 )
 
 // DefaultWatchdogTimeout is the watchdog timeout of the Clients a Server makes when their Options leave it
@@ -86,8 +87,7 @@ type Server struct {
 	renewals map[string]bool // SHA1s of the renewal scripts
 	failing  atomic.Int64    // renewals left to fail
 
-	clock sync.Mutex // orders advance's steps
-	now   time.Time  // the time miniredis is at
+	clock *stepclock.Clock // keeps miniredis's TTLs on the wall clock
 
 	mu      sync.Mutex
 	clients []*relock.Client // closed by Close
@@ -106,12 +106,7 @@ func Start() (*Server, error) {
 	if len(s.renewals) != len(renewalScripts) {
 		return nil, fmt.Errorf("relocktest: relock's renewal scripts %v are not all known", renewalScripts)
 	}
-	// Keys age on the wall clock, in steps: the clock stands still (SetTime) but for hook, which sets it to
-	// the wall clock's time as each command arrives, and ClockTTL ages every key by the step at its next
-	// access. A script's commands run at the time its EVAL arrived, as on Redis, where no key expires
-	// during a script: with ClockTTL alone a key could expire between two of a script's calls.
-	s.advance()
-	s.m.ClockTTL(true)
+	s.clock = stepclock.Start(s.m) // keys age on the wall clock, and not during a script
 	if err := s.m.StartAddr("127.0.0.1:0"); err != nil {
 		return nil, fmt.Errorf("relocktest: starting miniredis: %w", err)
 	}
@@ -240,7 +235,7 @@ func (s *Server) Expire(name string) bool {
 	if strings.Contains(name, "{") {
 		base = name
 	}
-	s.advance() // what has expired by now is removed
+	s.clock.Advance() // what has expired by now is removed
 	removed := false
 	for _, key := range s.m.Keys() {
 		if key == name || strings.HasPrefix(key, base+":") && strings.Contains(key, ":rwlock_timeout:") {
@@ -278,18 +273,6 @@ func (s *Server) Inspect(name string) relock.LockState {
 	return st
 }
 
-// advance moves miniredis's clock to the wall clock's time, never back: commands arriving together may
-// read the time in another order than they set it, and a step back would make ClockTTL age keys twice.
-// It waits for a running script to end.
-func (s *Server) advance() {
-	s.clock.Lock()
-	defer s.clock.Unlock()
-	if now := time.Now(); now.After(s.now) {
-		s.now = now
-		s.m.SetTime(now)
-	}
-}
-
 // adminClient returns the Client Inspect uses, connected to miniredis directly (not through the proxy).
 func (s *Server) adminClient() (*relock.Client, error) {
 	s.mu.Lock()
@@ -309,18 +292,11 @@ func (s *Server) adminClient() (*relock.Client, error) {
 	return s.admin, nil
 }
 
-// hook runs before every command miniredis serves (those scripts call too). It fails renewals while
-// FailRenewals asks for it, and refuses what relocktest does not support. It must not call miniredis's
-// own methods: miniredis may hold its lock.
+// hook runs before every command miniredis serves (those scripts call too). It moves the clock, fails
+// renewals while FailRenewals asks for it, and refuses what relocktest does not support. Beyond the
+// clock's, it must not call miniredis's own methods: miniredis may hold its lock.
 func (s *Server) hook(p *server.Peer, cmd string, args ...string) bool {
-	// A command from a connection moves the clock to now. One that a script calls must not: miniredis
-	// runs scripts under its lock, and their calls come here from the goroutine that holds it. When the
-	// lock is taken (a script, or another connection's command, is running), the clock stays where that
-	// command set it: SetTime waits for the lock, so it never moves during a script.
-	if s.m.TryLock() {
-		s.m.Unlock()
-		s.advance()
-	}
+	s.clock.Command()
 	switch cmd {
 	case "WAIT":
 		p.WriteError(errWait)
