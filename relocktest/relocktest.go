@@ -213,10 +213,12 @@ func (s *Server) Close() {
 	s.m.Close()
 }
 
-// Down makes s unreachable, as a network partition does: every connection to it is cut, and new ones
-// are refused, until Up. The server itself keeps running, and its keys keep expiring: holds that cannot be
-// renewed while it is down are lost once their TTL runs out (relock.ErrLockLost), and calls made meanwhile
-// fail as they do when Redis is out of reach (relock.ErrUnavailable, or the context's deadline).
+// Down makes s unreachable until Up: every connection to it is cut, and new ones are closed as soon as
+// they are accepted. The server itself keeps running, and its keys keep expiring: holds that cannot be
+// renewed while it is down are lost once their TTL runs out (relock.ErrLockLost, "not renewed before it
+// expired"). Calls made meanwhile fail at once with the connection's error (EOF), as against a Redis
+// that drops connections, rather than hanging until their deadline as behind a silent partition; a
+// RedLock counts such a node as failed.
 func (s *Server) Down() { s.proxy.Partition(true) }
 
 // Up makes s reachable again after Down. Clients reconnect on their next command, and their
