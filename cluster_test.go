@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -312,6 +313,25 @@ func TestReplicaAckWithoutReplicasRollsBack(t *testing.T) {
 	}
 	if locked, err := l.IsLocked(ctx); locked || err != nil {
 		t.Fatalf("the unacknowledged hold was not rolled back: %v, %v", locked, err)
+	}
+}
+
+// A WAIT refused with an error reply (here an ACL denies it; relocktest's in-process server refuses it
+// too) after the script took the lock: the acquisition is rolled back like an unacknowledged one, and the
+// error says why.
+func TestReplicaAckRefusedRollsBack(t *testing.T) {
+	t.Parallel()
+	d := standalone(t)
+	do(t, d.raw(t), "ACL", "SETUSER", "default", "-wait")
+	c := d.client(t, nil)
+	ctx := ctxTimeout(t, 10*time.Second)
+	l := c.Lock("refused", relock.WithReplicaAck(1, 100*time.Millisecond))
+	err := l.Lock(ctx)
+	if !errors.Is(err, relock.ErrReplicaAck) || !strings.Contains(err.Error(), "WAIT refused: NOPERM") {
+		t.Fatalf("Lock with WAIT denied = %v, want ErrReplicaAck saying WAIT was refused", err)
+	}
+	if locked, err := l.IsLocked(ctx); locked || err != nil {
+		t.Fatalf("the hold WAIT did not acknowledge was not rolled back: %v, %v", locked, err)
 	}
 }
 

@@ -123,9 +123,10 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	var reply [3]int64
 	var err error
 	acked := int64(-1)
+	var refused error // WAIT's error reply
 	if l.ack.replicas > 0 {
 		var resp rueidis.RedisResult
-		resp, acked, err = l.c.runAcked(ctx, sc.script, sc.keys, sc.args, l.ack.replicas, l.ack.timeout)
+		resp, acked, refused, err = l.c.runAcked(ctx, sc.script, sc.keys, sc.args, l.ack.replicas, l.ack.timeout)
 		if err == nil {
 			reply, err = acquireReply(resp)
 		}
@@ -139,7 +140,11 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 		return false, 0, err
 	}
 	if reply[0] == 1 && acked >= 0 && acked < l.ack.replicas {
-		return false, 0, l.rollBack(ctx, k, reply[1], call.attempt)
+		err := l.rollBack(ctx, k, reply[1], call.attempt)
+		if refused != nil { // say why nothing was acknowledged
+			err = fmt.Errorf("%w: WAIT refused: %w", err, refused)
+		}
+		return false, 0, err
 	}
 	switch reply[0] {
 	case 1:

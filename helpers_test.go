@@ -222,10 +222,16 @@ func (d *deployment) raw(t testing.TB) rueidis.Client {
 // keys returns every key of d whose name contains d's prefix (on a cluster, asking each node).
 func (d *deployment) keys(t testing.TB) []string {
 	t.Helper()
+	return d.keysContaining(t, d.prefix)
+}
+
+// keysContaining returns every key of d whose name contains substr (on a cluster, asking each node).
+func (d *deployment) keysContaining(t testing.TB, substr string) []string {
+	t.Helper()
 	seen := map[string]bool{}
 	var keys []string
 	for _, node := range nodeClients(t, d) {
-		found, err := node.Do(context.Background(), node.B().Keys().Pattern("*"+d.prefix+"*").Build()).AsStrSlice()
+		found, err := node.Do(context.Background(), node.B().Keys().Pattern("*"+substr+"*").Build()).AsStrSlice()
 		if err != nil {
 			t.Fatalf("KEYS: %v", err)
 		}

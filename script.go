@@ -37,6 +37,7 @@ func loadScript(name string) *script {
 		var text string
 		if text, err = luasrc.Load(lua, name); err == nil {
 			sum := sha1.Sum([]byte(text))
+			luasrc.Record(name, hex.EncodeToString(sum[:]))
 			return &script{name: name, src: text, sha1: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(text)}
 		}
 	}
@@ -155,8 +156,10 @@ func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]in
 // runAcked runs s, then WAIT replicas timeout, in one write on one connection (WAIT counts the replicas
 // that acknowledged that connection's writes), and returns the script's reply and the replicas that
 // acknowledged it. It falls back to EVAL on NOSCRIPT, as run does; rueidis's Lua cannot be pipelined
-// with another command, hence the EVALSHA built here.
-func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, replicas int64, timeout time.Duration) (rueidis.RedisResult, int64, error) {
+// with another command, hence the EVALSHA built here. When the script ran but WAIT was refused (an error
+// reply: a server that does not support it, an ACL that denies it), nothing was acknowledged: runAcked
+// returns 0 replicas, and WAIT's error as refused.
+func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, replicas int64, timeout time.Duration) (resp rueidis.RedisResult, acked int64, refused, err error) {
 	wait := c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
 	call := func() []rueidis.RedisResult {
 		resps := c.rdb.DoMulti(ctx, c.rdb.B().Evalsha().Sha1(s.sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
@@ -177,11 +180,14 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 			return []rueidis.RedisResult{rueidis.NewErrorResult(err), rueidis.NewErrorResult(err)}
 		})
 	}
-	acked, err := resps[1].AsInt64()
 	if resps[0].Error() != nil {
-		return resps[0], 0, nil
+		return resps[0], 0, nil, nil
 	}
-	return resps[0], acked, err
+	acked, err = resps[1].AsInt64()
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		return resps[0], 0, err, nil
+	}
+	return resps[0], acked, nil, err
 }
 
 // do runs one plain command, under the same deadline guarantee as run.

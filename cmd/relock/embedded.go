@@ -5,8 +5,10 @@ import (
 	"os/exec"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/internal/stepclock"
 )
 
 // The servers relock demo can start for itself (--embedded).
@@ -78,21 +80,25 @@ func startRedisServer() (*embeddedRedis, error) {
 
 // startInProcess starts a miniredis server in this process on a free loopback port.
 //
-// miniredis only advances key TTLs when told to. ClockTTL(true) makes it advance them by the wall-clock
-// time elapsed since the previous access, on every access (every command, scripts included): TTLs then run
-// in real time, exactly (no ticker granularity), and agree with TIME, which miniredis answers from the wall
-// clock. Expired keys are removed lazily, on the next access, which is all relock needs: its waiters
-// retry when the holder's PTTL runs out, they do not rely on keyspace notifications.
+// miniredis only advances key TTLs when told to. stepclock makes it age them by the wall-clock time
+// elapsed since the previous command, as each command arrives (not during a script, as on Redis): TTLs
+// then run in real time, exactly (no ticker granularity), and agree with TIME, which miniredis answers
+// from the same clock. Expired keys are removed lazily, on the next access, which is all relock needs: its
+// waiters retry when the holder's PTTL runs out, they do not rely on keyspace notifications.
 //
 // Clients must connect with rueidis's ForceSingleClient: miniredis answers CLUSTER SLOTS, so rueidis
 // would otherwise take it for a cluster, and relock would use sharded pub/sub (SPUBLISH, SSUBSCRIBE),
 // which miniredis lacks.
 func startInProcess() (*embeddedRedis, error) {
 	m := miniredis.NewMiniRedis()
-	m.ClockTTL(true)
+	clock := stepclock.Start(m)
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {
 		return nil, fmt.Errorf("starting an in-process Redis: %w", err)
 	}
+	m.Server().SetPreHook(func(*server.Peer, string, ...string) bool {
+		clock.Command()
+		return false
+	})
 	return &embeddedRedis{addr: m.Addr(), kind: embedInProcess, stop: m.Close}, nil
 }
 

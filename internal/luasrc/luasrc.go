@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync"
 )
 
 // IncludePrefix starts a line that Load replaces with the file it names.
@@ -35,4 +36,20 @@ func Load(fsys fs.FS, name string) (string, error) {
 		b.WriteByte('\n')
 	}
 	return b.String(), nil
+}
+
+// The scripts the library loaded in this process, name -> SHA1 (hex) of the text it runs: relocktest
+// recognises the watchdog's renewals by them (EVALSHA's first argument, or the SHA1 of EVAL's script).
+var library sync.Map
+
+// Record notes that the library runs the script name, whose text has the given SHA1 (hex).
+func Record(name, sha1 string) { library.Store(name, sha1) }
+
+// Recorded returns the SHA1 (hex) of the library's script name, if the library has loaded it.
+func Recorded(name string) (string, bool) {
+	v, ok := library.Load(name)
+	if !ok {
+		return "", false
+	}
+	return v.(string), true
 }
