@@ -168,6 +168,10 @@ type deployment struct {
 	addrs   []string
 	servers []*redistest.Server
 	prefix  string
+	// clientAddrs and clientRedis, when set, are what relock Clients connect with (a TLS port, an ACL
+	// user); raw connections keep addrs and the default user.
+	clientAddrs []string
+	clientRedis *rueidis.ClientOption
 }
 
 // standalone returns a deployment on a new server for t.
@@ -200,7 +204,19 @@ func (d *deployment) name(base string) string { return d.prefix + base }
 // client returns a relock Client on d, closed when t ends.
 func (d *deployment) client(t testing.TB, opts *relock.Options) *relock.Client {
 	t.Helper()
-	c, err := relock.New(d.addrs, opts)
+	addrs := d.addrs
+	if d.clientAddrs != nil {
+		addrs = d.clientAddrs
+	}
+	if d.clientRedis != nil {
+		o := relock.Options{}
+		if opts != nil {
+			o = *opts
+		}
+		o.Redis = *d.clientRedis
+		opts = &o
+	}
+	c, err := relock.New(addrs, opts)
 	if err != nil {
 		t.Fatalf("relock.New: %v", err)
 	}

@@ -14,10 +14,10 @@ import (
 	"github.com/relock-go/relock/internal/testutil"
 )
 
-// relock works over TLS (redis-server's --tls-port), given the rueidis TLS configuration through
-// Options.Redis: locks, a waiter woken by pub/sub, renewals.
-func TestTLS(t *testing.T) {
-	t.Parallel()
+// startTLS starts a redis-server that also listens with TLS, on certificates made for the test, and
+// returns it, its TLS address and a TLS configuration that trusts it.
+func startTLS(t *testing.T) (*redistest.Server, string, *tls.Config) {
+	t.Helper()
 	pool, caFile, certFile, keyFile := testutil.TLSCerts(t, t.TempDir())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -25,12 +25,19 @@ func TestTLS(t *testing.T) {
 	}
 	tlsPort := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	redistest.Start(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+	srv := redistest.Start(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no")
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+	return srv, net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort)), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+}
+
+// relock works over TLS (redis-server's --tls-port), given the rueidis TLS configuration through
+// Options.Redis: locks, a waiter woken by pub/sub, renewals.
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	_, addr, cfg := startTLS(t)
 	newTLSClient := func() *relock.Client {
 		c, err := relock.New([]string{addr}, &relock.Options{WatchdogTimeout: 600 * time.Millisecond,
-			Redis: rueidis.ClientOption{TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}})
+			Redis: rueidis.ClientOption{TLSConfig: cfg}})
 		if err != nil {
 			t.Fatal(err)
 		}
