@@ -49,6 +49,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	redisAddr = srv.Addr()
+	testutil.RaceExitAtOnce() // the helper processes
 	code := m.Run()
 	_ = srv.Stop()
 	if shared.cluster != nil {

@@ -3,6 +3,7 @@ package relock
 import (
 	"context"
 	"reflect"
+	"time"
 )
 
 // holdContext returns a context derived from parent that is cancelled, before the call that ends the hold
@@ -11,7 +12,7 @@ import (
 func (w *holdTable) holdContext(parent context.Context, k holdKey) (context.Context, error) {
 	w.mu.Lock()
 	h := w.holds[k]
-	if h == nil || h.count <= 0 || h.ended || h.keepAlive {
+	if !h.heldLocked(time.Now()) {
 		w.mu.Unlock()
 		return nil, ErrNotHeld
 	}
@@ -59,7 +60,7 @@ func (w *holdTable) holdDone(k holdKey) (context.Context, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	h := w.holds[k]
-	if h == nil || h.count <= 0 || h.ended || h.keepAlive {
+	if !h.heldLocked(time.Now()) {
 		return nil, ErrNotHeld
 	}
 	return h.doneLocked(w), nil

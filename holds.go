@@ -71,6 +71,13 @@ type hold struct {
 	riskChanged chan struct{}
 }
 
+// heldLocked reports whether h is a hold its owner has at now: a hold (not a queue entry) with a count,
+// not ended, and not past its expiry. A hold past its expiry is gone from Redis even before the watchdog,
+// which may run late on a loaded machine, has ended it.
+func (h *hold) heldLocked(now time.Time) bool {
+	return h != nil && h.count > 0 && !h.ended && !h.keepAlive && now.Before(h.expiresAt)
+}
+
 // holdTable is the Client's table of its owners' holds: the truth behind HoldContext (holdcontext.go),
 // FencingToken, Validity, and the settling of operations whose outcome was not learnt (settle.go). Its
 // watchdog (watchdog.go), one goroutine, keeps the holds alive: holds without a lease are renewed every
@@ -173,7 +180,7 @@ func (w *holdTable) notHeld(k holdKey) {
 func (w *holdTable) token(k holdKey) (uint64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if h := w.holds[k]; h != nil && h.count > 0 && !h.ended && !h.keepAlive {
+	if h := w.holds[k]; h.heldLocked(time.Now()) {
 		return h.token, true
 	}
 	return 0, false
@@ -183,7 +190,7 @@ func (w *holdTable) token(k holdKey) (uint64, bool) {
 func (w *holdTable) expiry(k holdKey) (time.Time, time.Duration, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if h := w.holds[k]; h != nil && h.count > 0 && !h.ended && !h.keepAlive {
+	if h := w.holds[k]; h.heldLocked(time.Now()) {
 		return h.expiresAt, h.ttl, true
 	}
 	return time.Time{}, 0, false

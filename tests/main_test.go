@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	if helper := os.Getenv(helperEnv); helper != "" {
 		os.Exit(runHelper(helper))
 	}
+	testutil.RaceExitAtOnce() // the helper processes
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2")); err != nil {

@@ -5,6 +5,8 @@ package testutil
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +77,11 @@ func Proxy(t testing.TB, addr string) *faultnet.Proxy {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// RaceExitAtOnce makes the processes this one starts (helper processes, built binaries), when they are
+// built with the race detector, exit as soon as they are done: by default (GORACE's atexit_sleep_ms) they
+// sleep a second first. A race is still reported, and still fails the process.
+func RaceExitAtOnce() {
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 }
