@@ -123,6 +123,38 @@ func TestMinimalACL(t *testing.T) {
 	if err := multi.Unlock(one); err != nil {
 		t.Fatal(err)
 	}
+	// A semaphore and a latch, with a waiter each on the other Client.
+	sem := a.Semaphore("app:acl:sem")
+	if _, err := sem.TrySetPermits(ctx, 0); err != nil {
+		t.Fatalf("Semaphore.TrySetPermits: %v", err)
+	}
+	latch := a.CountDownLatch("app:acl:latch")
+	if _, err := latch.TrySetCount(ctx, 1); err != nil {
+		t.Fatalf("CountDownLatch.TrySetCount: %v", err)
+	}
+	woken := make(chan error, 2)
+	go func() { woken <- b.Semaphore("app:acl:sem").Acquire(ctx, 1) }()
+	go func() { woken <- b.CountDownLatch("app:acl:latch").Await(ctx) }()
+	time.Sleep(200 * time.Millisecond)
+	if err := sem.Release(ctx, 1); err != nil {
+		t.Fatalf("Semaphore.Release: %v", err)
+	}
+	if err := latch.CountDown(ctx); err != nil {
+		t.Fatalf("CountDownLatch.CountDown: %v", err)
+	}
+	for range 2 {
+		select {
+		case err := <-woken:
+			if err != nil {
+				t.Fatalf("a semaphore or latch waiter: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a semaphore or latch waiter was not woken")
+		}
+	}
+	if _, err := sem.DrainPermits(ctx); err != nil {
+		t.Fatalf("Semaphore.DrainPermits: %v", err)
+	}
 	if _, err := a.Inspect(ctx, "app:acl:rlock"); err != nil {
 		t.Fatalf("Inspect: %v", err)
 	}

@@ -30,6 +30,9 @@
 //   - Storage that must reject a stale holder's writes: any lock [WithFencing] (WithFencing's example).
 //   - Work that must stop when the lock is lost: [Do], or [RLock.HoldContext] and [HoldRisk] (their
 //     examples).
+//   - At most n holders at once, Redisson's RSemaphore: [Client.Semaphore] (Client.Semaphore's example).
+//   - Wait until n things have happened, Redisson's RCountDownLatch: [Client.CountDownLatch]
+//     (Client.CountDownLatch's example).
 package relock
 
 import (

@@ -32,6 +32,13 @@ var (
 	// ErrInvalidDuration means a wait, lease or timeout is negative, or zero where zero has no meaning.
 	ErrInvalidDuration = errors.New("relock: invalid duration")
 
+	// ErrInvalidPermits is returned for a number of semaphore permits that is not allowed: zero or
+	// negative permits to acquire or release, zero to add, a negative number to set.
+	ErrInvalidPermits = errors.New("relock: invalid number of permits")
+
+	// ErrInvalidCount is returned for a count-down latch's count that is not above zero.
+	ErrInvalidCount = errors.New("relock: invalid count")
+
 	// ErrInvalidOwner means the owner token carried by the context (see WithOwner) is empty, consists only
 	// of decimal digits (reserved for goroutine owners), or ends in ":write".
 	ErrInvalidOwner = errors.New("relock: invalid owner token")

@@ -333,3 +333,40 @@ func ExampleNewRedLock() {
 	// valid for a while: true
 	// unlock: <nil>
 }
+
+// A semaphore bounds how many processes do something at once: here at most 2 exports run.
+func ExampleClient_Semaphore() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	sem := c.Semaphore("example:exports")
+	_, _ = sem.TrySetPermits(ctx, 2) // once, whoever comes first
+
+	_ = sem.Acquire(ctx, 1)
+	_ = sem.Acquire(ctx, 1)
+	third, _ := sem.TryAcquire(ctx, 1, 10*time.Millisecond)
+	fmt.Println("a third export may start:", third)
+	_ = sem.Release(ctx, 2)
+	n, _ := sem.AvailablePermits(ctx)
+	fmt.Println("permits available:", n)
+	// Output:
+	// a third export may start: false
+	// permits available: 2
+}
+
+// A count-down latch lets a process wait until others have done their part.
+func ExampleClient_CountDownLatch() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	parts := c.CountDownLatch("example:batch")
+	_, _ = parts.TrySetCount(ctx, 3)
+	for range 3 {
+		go func() { _ = parts.CountDown(ctx) }() // three workers, each done with its part
+	}
+	if err := parts.Await(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("all parts done")
+	// Output: all parts done
+}

@@ -49,6 +49,7 @@ type hub struct {
 // entry is one channel: its local waiters, oldest first, and the state of its subscription.
 type entry struct {
 	channel    string
+	wakes      wakePolicy // how many waiters a message wakes (the first joiner's: one kind per channel)
 	waiters    []*waiter
 	subscribed bool        // confirmed by Redis on the current connection
 	pending    *subAttempt // the subscription new waiters wait for; nil when subscribed
@@ -88,9 +89,26 @@ func newHub(sub subscriber, life context.Context, cluster bool, sharded func(con
 	}
 }
 
-// join registers the calling goroutine as a waiter on channel and returns once Redis has confirmed the
-// subscription, so a release published after join returns is never missed. The caller must leave.
-func (h *hub) join(ctx context.Context, channel string) (*waiter, error) {
+// wakePolicy says how many of a Client's waiters on a channel a message wakes: n > 0 up to n, n < 0 all
+// of them, 0 none.
+type wakePolicy func(message string) int
+
+// lockWakes is the locks' policy, Redisson's: a read-write lock's read unlock wakes every waiter, any
+// other release one (a waiter that does not get the lock waits again).
+func lockWakes(message string) int {
+	if message == readUnlockMessage {
+		return -1
+	}
+	return 1
+}
+
+// join registers the calling goroutine as a waiter on channel, whose messages wake waiters as wakes says
+// (nil: lockWakes), and returns once Redis has confirmed the subscription, so a release published after
+// join returns is never missed. The caller must leave.
+func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy) (*waiter, error) {
+	if wakes == nil {
+		wakes = lockWakes
+	}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -102,7 +120,7 @@ func (h *hub) join(ctx context.Context, channel string) (*waiter, error) {
 	}
 	e := h.entries[channel]
 	if e == nil {
-		e = &entry{channel: channel}
+		e = &entry{channel: channel, wakes: wakes}
 		h.entries[channel] = e
 	}
 	w := &waiter{e: e, wake: make(chan struct{}, 1)}
@@ -166,11 +184,19 @@ func (h *hub) markDirtyLocked(e *entry) {
 }
 
 // wakeOneLocked wakes the oldest waiter that has no notification pending.
-func wakeOneLocked(e *entry) {
+func wakeOneLocked(e *entry) { wakeLocked(e, 1) }
+
+// wakeLocked wakes the n oldest waiters that have no notification pending, each at most once: a waiter
+// blocked on its channel takes a notification at once, leaving room for another, so waking "one" n times
+// could wake the same waiter n times.
+func wakeLocked(e *entry, n int) {
 	for _, w := range e.waiters {
+		if n <= 0 {
+			return
+		}
 		select {
 		case w.wake <- struct{}{}:
-			return
+			n--
 		default:
 		}
 	}
@@ -190,10 +216,10 @@ func (h *hub) onMessage(channel, message string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e := h.entries[channel]; e != nil {
-		if message == readUnlockMessage {
+		if n := e.wakes(message); n < 0 {
 			wakeAllLocked(e)
 		} else {
-			wakeOneLocked(e)
+			wakeLocked(e, n)
 		}
 	}
 }

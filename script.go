@@ -66,6 +66,13 @@ var (
 	scriptRWWriteRelease = loadScript("rw_write_release")
 	scriptRWWriteLeave   = loadScript("rw_write_leave")
 	scriptRWForceRelease = loadScript("rw_force_release")
+
+	scriptSemaphoreAcquire = loadScript("semaphore_acquire")
+	scriptSemaphoreRelease = loadScript("semaphore_release")
+	scriptSemaphoreSet     = loadScript("semaphore_set")
+	scriptSemaphoreDrain   = loadScript("semaphore_drain")
+	scriptLatchSet         = loadScript("latch_set")
+	scriptLatchCountDown   = loadScript("latch_count_down")
 )
 
 // run is the one path every script takes to Redis: each call is a single round trip (EVALSHA; EVAL only

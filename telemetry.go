@@ -51,6 +51,8 @@ const (
 	kindWrite
 	kindMulti
 	kindRedLock
+	kindSemaphore
+	kindLatch
 	numKinds
 )
 
@@ -68,6 +70,10 @@ func (k lockKind) String() string {
 		return "multi"
 	case kindRedLock:
 		return "redlock"
+	case kindSemaphore:
+		return "semaphore"
+	case kindLatch:
+		return "latch"
 	}
 	return "unknown"
 }

@@ -17,6 +17,7 @@ type acquireOp struct {
 	kind    lockKind
 	name    string
 	channel string        // where the lock's releases are announced
+	wakes   wakePolicy    // how the channel's messages wake waiters (nil: lockWakes)
 	wait    time.Duration // < 0: as long as ctx allows; 0: one attempt
 }
 
@@ -25,7 +26,7 @@ func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, 
 	start := time.Now()
 	ctx, span := c.tel.startSpan(ctx, "relock.acquire", op.kind, op.name)
 	attempts := 0
-	ok, err := c.acquireWaiting(ctx, op.channel, op.wait, func(ctx context.Context) (bool, time.Duration, error) {
+	ok, err := c.acquireWaiting(ctx, op.channel, op.wakes, op.wait, func(ctx context.Context) (bool, time.Duration, error) {
 		attempts++
 		return try(ctx)
 	})
@@ -43,7 +44,7 @@ func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, 
 // channel, try again (a release between the first try and the subscription would otherwise be missed),
 // then sleep until a release notification, the holder's TTL, the end of wait, or ctx, and try again.
 // wait < 0 waits as long as ctx allows; wait == 0 makes one attempt.
-func (c *Client) acquireWaiting(ctx context.Context, channel string, wait time.Duration, try attempt) (bool, error) {
+func (c *Client) acquireWaiting(ctx context.Context, channel string, wakes wakePolicy, wait time.Duration, try attempt) (bool, error) {
 	ok, _, err := try(ctx)
 	if ok || err != nil || wait == 0 {
 		return ok, err
@@ -52,7 +53,7 @@ func (c *Client) acquireWaiting(ctx context.Context, channel string, wait time.D
 	if wait > 0 {
 		deadline = time.Now().Add(wait)
 	}
-	w, err := c.hub.join(ctx, channel)
+	w, err := c.hub.join(ctx, channel, wakes)
 	if err != nil {
 		return false, err
 	}

@@ -54,7 +54,7 @@ type waited struct {
 func waitAsync(ctx context.Context, c *Client, wait time.Duration, l *scriptedLock) <-chan waited {
 	res := make(chan waited, 1)
 	go func() {
-		ok, err := c.acquireWaiting(ctx, "a", wait, l.try)
+		ok, err := c.acquireWaiting(ctx, "a", nil, wait, l.try)
 		res <- waited{ok, err, time.Since(l.start)}
 	}()
 	return res

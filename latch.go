@@ -1,0 +1,142 @@
+package relock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// CountDownLatch is a count-down latch in Redisson's RCountDownLatch layout: the count, a string, at the
+// latch's name while it is above zero, and its changes announced on
+// "redisson_countdownlatch__channel__{name}" ("0" when it opens, "1" when a count is set). Java services
+// using Redisson and Go services using relock share one latch.
+//
+// Await waits until the count reaches zero, woken by the announcement, never by polling; every waiter of
+// every Client wakes then. A latch that opened can be set again (TrySetCount). Every operation is one
+// script run or command.
+type CountDownLatch struct {
+	c       *Client
+	name    string
+	keys    []string // the latch, its channel
+	channel string
+}
+
+// CountDownLatch returns the latch called name. Its name may not contain "{" or "}" (ErrInvalidName):
+// Redisson's channel for it wraps the name in braces, which on Redis Cluster must give the name's own slot.
+func (c *Client) CountDownLatch(name string) *CountDownLatch {
+	channel := "redisson_countdownlatch__channel__{" + name + "}"
+	return &CountDownLatch{c: c, name: name, keys: []string{name, channel}, channel: channel}
+}
+
+// Name returns the latch's name, its key in Redis.
+func (l *CountDownLatch) Name() string { return l.name }
+
+// check validates the latch and ctx before a call.
+func (l *CountDownLatch) check(ctx context.Context) error {
+	if l == nil {
+		return ErrNilClient
+	}
+	if err := l.c.check(); err != nil {
+		return err
+	}
+	if l.name == "" || strings.ContainsAny(l.name, "{}") {
+		return ErrInvalidName
+	}
+	return ctx.Err()
+}
+
+// latchWakes is a latch channel's wake policy: it opened ("0"), so every waiter looks; a new count ("1")
+// wakes nobody.
+func latchWakes(message string) int {
+	if message == "0" {
+		return -1
+	}
+	return 0
+}
+
+// TrySetCount sets the count if the latch is open (its count is zero: it was never set, or counted down
+// to zero), and reports whether it did. count must be above zero (ErrInvalidCount).
+func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, wrapErrCtx(ctx, "trysetcount", l.name, err)
+	}
+	if count < 1 {
+		return false, wrapErrCtx(ctx, "trysetcount", l.name, ErrInvalidCount)
+	}
+	publish, err := l.c.publishCommand(ctx, l.channel)
+	if err != nil {
+		return false, wrapErrCtx(ctx, "trysetcount", l.name, err)
+	}
+	set, err := l.c.scripts.runInt(ctx, scriptCall{script: scriptLatchSet, keys: l.keys, args: []string{strconv.FormatInt(count, 10), publish}})
+	return set == 1, wrapErrCtx(ctx, "trysetcount", l.name, err)
+}
+
+// CountDown counts the latch down by one; at zero it opens and wakes every waiter. Counting down an open
+// latch does nothing.
+func (l *CountDownLatch) CountDown(ctx context.Context) error {
+	if err := l.check(ctx); err != nil {
+		return wrapErrCtx(ctx, "countdown", l.name, err)
+	}
+	ctx, span := l.c.tel.startSpan(ctx, "relock.latch.countdown", kindLatch, l.name)
+	publish, err := l.c.publishCommand(ctx, l.channel)
+	if err == nil {
+		_, err = l.c.scripts.runInt(ctx, scriptCall{script: scriptLatchCountDown, keys: l.keys, args: []string{publish}})
+	}
+	o := outcomeReleased
+	if err != nil {
+		o = outcomeError
+	}
+	endSpan(span, o, err)
+	return wrapErrCtx(ctx, "countdown", l.name, err)
+}
+
+// Count returns the count (0 once the latch is open).
+func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
+	if err := l.check(ctx); err != nil {
+		return 0, wrapErrCtx(ctx, "count", l.name, err)
+	}
+	n, err := l.count(ctx)
+	return n, wrapErrCtx(ctx, "count", l.name, err)
+}
+
+func (l *CountDownLatch) count(ctx context.Context) (int64, error) {
+	n, err := l.c.do(ctx, l.c.rdb.B().Get().Key(l.name).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	return n, err
+}
+
+// Await waits until the latch is open (its count is zero) or ctx ends (its error is then returned,
+// matching ctx.Err()).
+func (l *CountDownLatch) Await(ctx context.Context) error {
+	open, err := l.await(ctx, "await", -1)
+	if err == nil && !open {
+		err = wrapErrCtx(ctx, "await", l.name, context.Cause(ctx))
+	}
+	return err
+}
+
+// TryAwait waits at most wait for the latch to open, and reports whether it did. A negative wait is
+// ErrInvalidDuration.
+func (l *CountDownLatch) TryAwait(ctx context.Context, wait time.Duration) (bool, error) {
+	if wait < 0 {
+		return false, wrapErrCtx(ctx, "tryawait", l.name, ErrInvalidDuration)
+	}
+	return l.await(ctx, "tryawait", wait)
+}
+
+func (l *CountDownLatch) await(ctx context.Context, op string, wait time.Duration) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, wrapErrCtx(ctx, op, l.name, err)
+	}
+	open, err := l.c.acquire(ctx, acquireOp{kind: kindLatch, name: l.name, channel: l.channel, wakes: latchWakes, wait: wait},
+		func(ctx context.Context) (bool, time.Duration, error) {
+			n, err := l.count(ctx)
+			return err == nil && n <= 0, -1, err
+		})
+	return open, wrapErrCtx(ctx, op, l.name, err)
+}

@@ -1,0 +1,13 @@
+-- Take permits from a semaphore (Redisson's RSemaphore layout: the number of available permits, a string,
+-- at the semaphore's name), if enough are available.
+--
+-- KEYS[1]  the semaphore
+-- ARGV[1]  the permits to take (> 0)
+--
+-- Returns 1 when they were taken, 0 when fewer are available (a semaphore never set has none).
+local available = tonumber(redis.call('get', KEYS[1]))
+if available ~= nil and available >= tonumber(ARGV[1]) then
+  redis.call('decrby', KEYS[1], ARGV[1])
+  return 1
+end
+return 0

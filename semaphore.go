@@ -1,0 +1,176 @@
+package relock
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Semaphore is a counting semaphore in Redisson's RSemaphore layout: the number of available permits, a
+// string, at the semaphore's name, and its releases announced on "redisson_sc:{name}" with the number of
+// permits then available. Java services using Redisson and Go services using relock share one semaphore.
+//
+// Like Redisson's, its permits have no owner: any caller may release permits, and permits taken by a
+// process that dies are not given back (nor those of an Acquire whose reply was lost to a broken
+// connection). Waiters are woken by the announcements, never by polling: a release of n permits wakes up to
+// n waiters of each Client (each Redisson JVM wakes as many), which try again; the order in which waiters
+// get permits is not fair. Every operation is one script run.
+//
+// A Semaphore is a cheap value; make one per use or keep it, as you like. Its methods are safe for
+// concurrent use.
+type Semaphore struct {
+	c       *Client
+	name    string
+	keys    []string // the semaphore, its channel
+	channel string
+}
+
+// Semaphore returns the semaphore called name. A semaphore that was never set has no permits: set them
+// with TrySetPermits (once, whoever comes first) or AddPermits.
+func (c *Client) Semaphore(name string) *Semaphore {
+	channel := companion("redisson_sc", name)
+	return &Semaphore{c: c, name: name, keys: []string{name, channel}, channel: channel}
+}
+
+// Name returns the semaphore's name, its key in Redis.
+func (s *Semaphore) Name() string { return s.name }
+
+// check validates the semaphore and ctx before a call.
+func (s *Semaphore) check(ctx context.Context) error {
+	if s == nil {
+		return ErrNilClient
+	}
+	if err := s.c.check(); err != nil {
+		return err
+	}
+	if !validName(s.name) {
+		return ErrInvalidName
+	}
+	return ctx.Err()
+}
+
+// semaphoreWakes is a semaphore channel's wake policy: a message is the number of permits available, and
+// wakes up to that many waiters (Redisson's SemaphorePubSub does the same per JVM).
+func semaphoreWakes(message string) int {
+	n, err := strconv.Atoi(message)
+	if err != nil {
+		return 1 // not Redisson's message: let one waiter look
+	}
+	return max(n, 0)
+}
+
+// Acquire takes permits, waiting until enough are available or ctx ends (its error is then returned,
+// matching ctx.Err()). permits must be at least 1 (ErrInvalidPermits).
+func (s *Semaphore) Acquire(ctx context.Context, permits int) error {
+	ok, err := s.tryAcquire(ctx, "acquire", permits, -1)
+	if err == nil && !ok {
+		err = wrapErrCtx(ctx, "acquire", s.name, context.Cause(ctx))
+	}
+	return err
+}
+
+// TryAcquire takes permits if enough become available within wait (0: only if they are now), and
+// reports whether it took them. permits must be at least 1 (ErrInvalidPermits); a negative wait is
+// ErrInvalidDuration.
+func (s *Semaphore) TryAcquire(ctx context.Context, permits int, wait time.Duration) (bool, error) {
+	if wait < 0 {
+		return false, wrapErrCtx(ctx, "tryacquire", s.name, ErrInvalidDuration)
+	}
+	return s.tryAcquire(ctx, "tryacquire", permits, wait)
+}
+
+func (s *Semaphore) tryAcquire(ctx context.Context, op string, permits int, wait time.Duration) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, wrapErrCtx(ctx, op, s.name, err)
+	}
+	if permits < 1 {
+		return false, wrapErrCtx(ctx, op, s.name, ErrInvalidPermits)
+	}
+	call := scriptCall{script: scriptSemaphoreAcquire, keys: s.keys[:1], args: []string{strconv.Itoa(permits)}}
+	ok, err := s.c.acquire(ctx, acquireOp{kind: kindSemaphore, name: s.name, channel: s.channel, wakes: semaphoreWakes, wait: wait},
+		func(ctx context.Context) (bool, time.Duration, error) {
+			got, err := s.c.scripts.runInt(ctx, call)
+			return got == 1, -1, err // nothing expires: wait for an announcement
+		})
+	return ok, wrapErrCtx(ctx, op, s.name, err)
+}
+
+// Release gives permits back (at least 1: ErrInvalidPermits) and wakes waiters. The semaphore does not
+// check that the caller took them: like Redisson's, it has no owners.
+func (s *Semaphore) Release(ctx context.Context, permits int) error {
+	if permits < 1 {
+		return wrapErrCtx(ctx, "release", s.name, ErrInvalidPermits)
+	}
+	_, err := s.add(ctx, "release", permits)
+	return err
+}
+
+// AddPermits adds permits to the semaphore, or, when permits is negative, takes that many away (the count
+// may then go below zero: acquisitions wait until releases bring it back up). Zero is ErrInvalidPermits.
+func (s *Semaphore) AddPermits(ctx context.Context, permits int) error {
+	if permits == 0 {
+		return wrapErrCtx(ctx, "addpermits", s.name, ErrInvalidPermits)
+	}
+	_, err := s.add(ctx, "addpermits", permits)
+	return err
+}
+
+// add runs the release script, in a span, and returns the permits then available.
+func (s *Semaphore) add(ctx context.Context, op string, permits int) (int64, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, wrapErrCtx(ctx, op, s.name, err)
+	}
+	ctx, span := s.c.tel.startSpan(ctx, "relock.semaphore."+op, kindSemaphore, s.name)
+	publish, err := s.c.publishCommand(ctx, s.channel)
+	var available int64
+	if err == nil {
+		available, err = s.c.scripts.runInt(ctx, scriptCall{script: scriptSemaphoreRelease, keys: s.keys,
+			args: []string{strconv.Itoa(permits), publish}})
+	}
+	o := outcomeReleased
+	if err != nil {
+		o = outcomeError
+	}
+	endSpan(span, o, err)
+	return available, wrapErrCtx(ctx, op, s.name, err)
+}
+
+// TrySetPermits sets the semaphore's permits if it was never set, and reports whether it did: of many
+// processes starting at once, one sets them. permits must not be negative (ErrInvalidPermits).
+func (s *Semaphore) TrySetPermits(ctx context.Context, permits int) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, wrapErrCtx(ctx, "trysetpermits", s.name, err)
+	}
+	if permits < 0 {
+		return false, wrapErrCtx(ctx, "trysetpermits", s.name, ErrInvalidPermits)
+	}
+	publish, err := s.c.publishCommand(ctx, s.channel)
+	if err != nil {
+		return false, wrapErrCtx(ctx, "trysetpermits", s.name, err)
+	}
+	set, err := s.c.scripts.runInt(ctx, scriptCall{script: scriptSemaphoreSet, keys: s.keys, args: []string{strconv.Itoa(permits), publish}})
+	return set == 1, wrapErrCtx(ctx, "trysetpermits", s.name, err)
+}
+
+// AvailablePermits returns the number of permits available now (0 for a semaphore never set).
+func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, wrapErrCtx(ctx, "availablepermits", s.name, err)
+	}
+	n, err := s.c.do(ctx, s.c.rdb.B().Get().Key(s.name).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	return int(n), wrapErrCtx(ctx, "availablepermits", s.name, err)
+}
+
+// DrainPermits takes every available permit and returns how many it took.
+func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, wrapErrCtx(ctx, "drainpermits", s.name, err)
+	}
+	n, err := s.c.scripts.runInt(ctx, scriptCall{script: scriptSemaphoreDrain, keys: s.keys[:1]})
+	return int(n), wrapErrCtx(ctx, "drainpermits", s.name, err)
+}

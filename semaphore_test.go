@@ -1,0 +1,205 @@
+package relock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+func TestSemaphore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	s := a.Semaphore("sem")
+
+	if n, err := s.AvailablePermits(ctx); n != 0 || err != nil {
+		t.Fatalf("a semaphore never set: %d, %v", n, err)
+	}
+	if ok, _ := s.TryAcquire(ctx, 1, 0); ok {
+		t.Fatal("took a permit of a semaphore never set")
+	}
+	if ok, err := s.TrySetPermits(ctx, 3); !ok || err != nil {
+		t.Fatalf("TrySetPermits = %v, %v", ok, err)
+	}
+	if ok, _ := b.Semaphore("sem").TrySetPermits(ctx, 10); ok {
+		t.Fatal("a second TrySetPermits set the permits again")
+	}
+	if v, _ := do(t, rdb, "GET", "sem").ToString(); v != "3" {
+		t.Fatalf("the semaphore in Redis is %q, want 3 (Redisson's layout: the count at the name)", v)
+	}
+	if err := s.Acquire(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := s.TryAcquire(ctx, 2, 0); ok {
+		t.Fatal("took 2 permits when 1 was available")
+	}
+	if n, _ := s.AvailablePermits(ctx); n != 1 {
+		t.Fatalf("available = %d, want 1", n)
+	}
+
+	// Waiters on another Client are woken by a release, as many as it gives permits.
+	var wg sync.WaitGroup
+	got := make(chan error, 3)
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got <- b.Semaphore("sem").Acquire(ctx, 1)
+		}()
+	}
+	for range 1 { // one takes the permit that is left
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the other two wait
+	if err := s.Release(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("a release of 2 permits did not wake 2 waiters")
+		}
+	}
+	wg.Wait()
+	if n, _ := s.AvailablePermits(ctx); n != 0 {
+		t.Fatalf("available = %d, want 0", n)
+	}
+	if err := s.AddPermits(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddPermits(ctx, -2); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.DrainPermits(ctx); n != 3 {
+		t.Fatalf("DrainPermits = %d, want 3", n)
+	}
+	if ok, err := s.TryAcquire(ctx, 1, 200*time.Millisecond); ok || err != nil {
+		t.Fatalf("TryAcquire of a drained semaphore = %v, %v", ok, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := s.Acquire(short, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire until ctx ends = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// Bad input gets a typed error and changes nothing in Redis.
+func TestSemaphoreBadInput(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	s := c.Semaphore("bad")
+	if _, err := s.TrySetPermits(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"Acquire 0", func() error { return s.Acquire(ctx, 0) }, relock.ErrInvalidPermits},
+		{"TryAcquire -1", func() error { _, err := s.TryAcquire(ctx, -1, 0); return err }, relock.ErrInvalidPermits},
+		{"TryAcquire negative wait", func() error { _, err := s.TryAcquire(ctx, 1, -time.Second); return err }, relock.ErrInvalidDuration},
+		{"Release 0", func() error { return s.Release(ctx, 0) }, relock.ErrInvalidPermits},
+		{"AddPermits 0", func() error { return s.AddPermits(ctx, 0) }, relock.ErrInvalidPermits},
+		{"TrySetPermits -1", func() error { _, err := c.Semaphore("bad2").TrySetPermits(ctx, -1); return err }, relock.ErrInvalidPermits},
+		{"empty name", func() error { return c.Semaphore("").Release(ctx, 1) }, relock.ErrInvalidName},
+		{"ended context", func() error {
+			ended, cancel := context.WithCancel(ctx)
+			cancel()
+			return s.Release(ended, 1)
+		}, context.Canceled},
+	} {
+		if err := tc.call(); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if v, _ := do(t, rdb, "GET", "bad").ToString(); v != "2" {
+		t.Fatalf("bad input changed the semaphore to %q", v)
+	}
+	if n, _ := do(t, rdb, "EXISTS", "bad2").AsInt64(); n != 0 {
+		t.Fatal("a refused TrySetPermits wrote the semaphore")
+	}
+}
+
+// Redisson's protocol, driven by hand: its release (INCRBY, then the new count published on
+// redisson_sc:{name}) wakes relock's waiters, and relock's release publishes what Redisson's waiters expect.
+func TestSemaphoreRedissonProtocol(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	s := c.Semaphore("shared")
+	if _, err := s.TrySetPermits(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- s.Acquire(ctx, 1) }()
+	time.Sleep(200 * time.Millisecond)
+	// A Redisson release: INCRBY and publish the new count.
+	do(t, rdb, "INCRBY", "shared", "1")
+	do(t, rdb, "PUBLISH", "redisson_sc:{shared}", "1")
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("a Redisson-style release did not wake relock's waiter")
+	}
+
+	messages := subscribeRaw(t, srv, "redisson_sc:{shared}")
+	if err := s.Release(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-messages:
+		if m != "2" {
+			t.Fatalf("relock's release published %q, want the permits available, 2", m)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("relock's release published nothing on redisson_sc:{shared}")
+	}
+}
+
+// subscribeRaw subscribes to channel on its own connection to srv, as another client (a Redisson JVM)
+// would, and returns the messages it gets; it returns once Redis counts the subscription.
+func subscribeRaw(t *testing.T, srv *redistest.Server, channel string) <-chan string {
+	t.Helper()
+	sub := rawClient(t, srv)
+	rdb := rawClient(t, srv)
+	messages := make(chan string, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	before := numsub(t, rdb, channel)
+	go func() {
+		defer close(done)
+		_ = sub.Receive(ctx, sub.B().Subscribe().Channel(channel).Build(), func(m rueidis.PubSubMessage) {
+			messages <- m.Message
+		})
+	}()
+	eventually(t, 3*time.Second, "the raw subscription", func() bool { return numsub(t, rdb, channel) > before })
+	return messages
+}
