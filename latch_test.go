@@ -145,3 +145,45 @@ func TestCountDownLatchRedissonProtocol(t *testing.T) {
 		}
 	}
 }
+
+// A semaphore and a latch on Redis Cluster: each object lives in one slot (its key and its channel), and
+// waiters on another Client are woken through the cluster's pub/sub.
+func TestSemaphoreAndLatchOnCluster(t *testing.T) {
+	t.Parallel()
+	d := onCluster(t, "synchronizers:")
+	a, b := d.client(t, nil), d.client(t, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	sem := a.Semaphore(d.name("sem"))
+	if _, err := sem.TrySetPermits(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	latch := a.CountDownLatch(d.name("latch"))
+	if _, err := latch.TrySetCount(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	woken := make(chan error, 2)
+	go func() { woken <- b.Semaphore(d.name("sem")).Acquire(ctx, 1) }()
+	go func() { woken <- b.CountDownLatch(d.name("latch")).Await(ctx) }()
+	time.Sleep(300 * time.Millisecond)
+	if err := sem.Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := latch.CountDown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		select {
+		case err := <-woken:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiter on the cluster was not woken")
+		}
+	}
+	if n, _ := sem.AvailablePermits(ctx); n != 0 {
+		t.Fatalf("available = %d, want 0", n)
+	}
+}
