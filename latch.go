@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // CountDownLatch is a count-down latch in Redisson's RCountDownLatch layout: the count, a string, at the
@@ -18,17 +16,13 @@ import (
 // every Client wakes then. A latch that opened can be set again (TrySetCount). Every operation is one
 // script run or command.
 type CountDownLatch struct {
-	c       *Client
-	name    string
-	keys    []string // the latch, its channel
-	channel string
+	syncObject
 }
 
 // CountDownLatch returns the latch called name. Its name may not contain "{" or "}" (ErrInvalidName):
 // Redisson's channel for it wraps the name in braces, which on Redis Cluster must give the name's own slot.
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
-	channel := "redisson_countdownlatch__channel__{" + name + "}"
-	return &CountDownLatch{c: c, name: name, keys: []string{name, channel}, channel: channel}
+	return &CountDownLatch{newSyncObject(c, kindLatch, name, "redisson_countdownlatch__channel__{"+name+"}")}
 }
 
 // Name returns the latch's name, its key in Redis.
@@ -39,13 +33,7 @@ func (l *CountDownLatch) check(ctx context.Context) error {
 	if l == nil {
 		return ErrNilClient
 	}
-	if err := l.c.check(); err != nil {
-		return err
-	}
-	if l.name == "" || strings.ContainsAny(l.name, "{}") {
-		return ErrInvalidName
-	}
-	return ctx.Err()
+	return l.syncObject.check(ctx, l.name != "" && !strings.ContainsAny(l.name, "{}"))
 }
 
 // latchWakes is a latch channel's wake policy: it opened ("0"), so every waiter looks; a new count ("1")
@@ -66,11 +54,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 	if count < 1 {
 		return false, wrapErrCtx(ctx, "trysetcount", l.name, ErrInvalidCount)
 	}
-	publish, err := l.c.publishCommand(ctx, l.channel)
-	if err != nil {
-		return false, wrapErrCtx(ctx, "trysetcount", l.name, err)
-	}
-	set, err := l.c.scripts.runInt(ctx, scriptCall{script: scriptLatchSet, keys: l.keys, args: []string{strconv.FormatInt(count, 10), publish}})
+	set, err := l.announce(ctx, "relock.latch.trysetcount", scriptLatchSet, strconv.FormatInt(count, 10))
 	return set == 1, wrapErrCtx(ctx, "trysetcount", l.name, err)
 }
 
@@ -80,16 +64,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
 		return wrapErrCtx(ctx, "countdown", l.name, err)
 	}
-	ctx, span := l.c.tel.startSpan(ctx, "relock.latch.countdown", kindLatch, l.name)
-	publish, err := l.c.publishCommand(ctx, l.channel)
-	if err == nil {
-		_, err = l.c.scripts.runInt(ctx, scriptCall{script: scriptLatchCountDown, keys: l.keys, args: []string{publish}})
-	}
-	o := outcomeReleased
-	if err != nil {
-		o = outcomeError
-	}
-	endSpan(span, o, err)
+	_, err := l.announce(ctx, "relock.latch.countdown", scriptLatchCountDown)
 	return wrapErrCtx(ctx, "countdown", l.name, err)
 }
 
@@ -98,16 +73,8 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	if err := l.check(ctx); err != nil {
 		return 0, wrapErrCtx(ctx, "count", l.name, err)
 	}
-	n, err := l.count(ctx)
+	n, err := l.value(ctx)
 	return n, wrapErrCtx(ctx, "count", l.name, err)
-}
-
-func (l *CountDownLatch) count(ctx context.Context) (int64, error) {
-	n, err := l.c.do(ctx, l.c.rdb.B().Get().Key(l.name).Build()).AsInt64()
-	if rueidis.IsRedisNil(err) {
-		return 0, nil
-	}
-	return n, err
 }
 
 // Await waits until the latch is open (its count is zero) or ctx ends (its error is then returned,
@@ -135,7 +102,7 @@ func (l *CountDownLatch) await(ctx context.Context, op string, wait time.Duratio
 	}
 	open, err := l.c.acquire(ctx, acquireOp{kind: kindLatch, name: l.name, channel: l.channel, wakes: latchWakes, wait: wait},
 		func(ctx context.Context) (bool, time.Duration, error) {
-			n, err := l.count(ctx)
+			n, err := l.value(ctx)
 			return err == nil && n <= 0, -1, err
 		})
 	return open, wrapErrCtx(ctx, op, l.name, err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"strconv"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // Semaphore is a counting semaphore in Redisson's RSemaphore layout: the number of available permits, a
@@ -21,17 +19,13 @@ import (
 // A Semaphore is a cheap value; make one per use or keep it, as you like. Its methods are safe for
 // concurrent use.
 type Semaphore struct {
-	c       *Client
-	name    string
-	keys    []string // the semaphore, its channel
-	channel string
+	syncObject
 }
 
 // Semaphore returns the semaphore called name. A semaphore that was never set has no permits: set them
 // with TrySetPermits (once, whoever comes first) or AddPermits.
 func (c *Client) Semaphore(name string) *Semaphore {
-	channel := companion("redisson_sc", name)
-	return &Semaphore{c: c, name: name, keys: []string{name, channel}, channel: channel}
+	return &Semaphore{newSyncObject(c, kindSemaphore, name, companion("redisson_sc", name))}
 }
 
 // Name returns the semaphore's name, its key in Redis.
@@ -42,13 +36,7 @@ func (s *Semaphore) check(ctx context.Context) error {
 	if s == nil {
 		return ErrNilClient
 	}
-	if err := s.c.check(); err != nil {
-		return err
-	}
-	if !validName(s.name) {
-		return ErrInvalidName
-	}
-	return ctx.Err()
+	return s.syncObject.check(ctx, validName(s.name))
 }
 
 // semaphoreWakes is a semaphore channel's wake policy: a message is the number of permits available, and
@@ -122,18 +110,7 @@ func (s *Semaphore) add(ctx context.Context, op string, permits int) (int64, err
 	if err := s.check(ctx); err != nil {
 		return 0, wrapErrCtx(ctx, op, s.name, err)
 	}
-	ctx, span := s.c.tel.startSpan(ctx, "relock.semaphore."+op, kindSemaphore, s.name)
-	publish, err := s.c.publishCommand(ctx, s.channel)
-	var available int64
-	if err == nil {
-		available, err = s.c.scripts.runInt(ctx, scriptCall{script: scriptSemaphoreRelease, keys: s.keys,
-			args: []string{strconv.Itoa(permits), publish}})
-	}
-	o := outcomeReleased
-	if err != nil {
-		o = outcomeError
-	}
-	endSpan(span, o, err)
+	available, err := s.announce(ctx, "relock.semaphore."+op, scriptSemaphoreRelease, strconv.Itoa(permits))
 	return available, wrapErrCtx(ctx, op, s.name, err)
 }
 
@@ -146,11 +123,7 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, permits int) (bool, error
 	if permits < 0 {
 		return false, wrapErrCtx(ctx, "trysetpermits", s.name, ErrInvalidPermits)
 	}
-	publish, err := s.c.publishCommand(ctx, s.channel)
-	if err != nil {
-		return false, wrapErrCtx(ctx, "trysetpermits", s.name, err)
-	}
-	set, err := s.c.scripts.runInt(ctx, scriptCall{script: scriptSemaphoreSet, keys: s.keys, args: []string{strconv.Itoa(permits), publish}})
+	set, err := s.announce(ctx, "relock.semaphore.trysetpermits", scriptSemaphoreSet, strconv.Itoa(permits))
 	return set == 1, wrapErrCtx(ctx, "trysetpermits", s.name, err)
 }
 
@@ -159,10 +132,7 @@ func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, wrapErrCtx(ctx, "availablepermits", s.name, err)
 	}
-	n, err := s.c.do(ctx, s.c.rdb.B().Get().Key(s.name).Build()).AsInt64()
-	if rueidis.IsRedisNil(err) {
-		return 0, nil
-	}
+	n, err := s.value(ctx)
 	return int(n), wrapErrCtx(ctx, "availablepermits", s.name, err)
 }
 
