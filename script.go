@@ -73,6 +73,9 @@ var (
 	scriptSemaphoreDrain   = loadScript("semaphore_drain")
 	scriptLatchSet         = loadScript("latch_set")
 	scriptLatchCountDown   = loadScript("latch_count_down")
+	scriptPermitAcquire    = loadScript("permit_acquire")
+	scriptPermitRenew      = loadScript("permit_renew")
+	scriptPermitRelease    = loadScript("permit_release")
 )
 
 // run is the one path every script takes to Redis: each call is a single round trip (EVALSHA; EVAL only

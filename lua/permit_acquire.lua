@@ -1,0 +1,34 @@
+-- Take one permit of an expirable semaphore (Redisson's RPermitExpirableSemaphore layout: the available
+-- permits at the name, and the permits taken in the sorted set "{name}:timeout", each an id scored with
+-- its expiry in Unix milliseconds), after giving back the permits whose expiry has passed.
+--
+-- KEYS[1]  the available permits
+-- KEYS[2]  the permits taken, id -> expiry
+-- KEYS[3]  the channel, redisson_sc:{name}
+-- ARGV[1]  the permit's time to live, in milliseconds
+-- ARGV[2]  the permit's id
+-- ARGV[3]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub
+--
+-- Returns {1, 0, 0} when the permit was taken; {0, ms, 0} when none is available, ms being the time until
+-- the first taken permit expires (-1: none is taken).
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expired = redis.call('zrangebyscore', KEYS[2], 0, now, 'limit', 0, 100)
+if #expired > 0 then
+  redis.call('zrem', KEYS[2], unpack(expired))
+  local available = redis.call('incrby', KEYS[1], #expired)
+  if available > 0 then
+    redis.call(ARGV[3], KEYS[3], available)
+  end
+end
+local available = tonumber(redis.call('get', KEYS[1]))
+if available ~= nil and available >= 1 then
+  redis.call('decrby', KEYS[1], 1)
+  redis.call('zadd', KEYS[2], now + tonumber(ARGV[1]), ARGV[2])
+  return {1, 0, 0}
+end
+local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
+if #first > 0 then
+  return {0, math.max(tonumber(first[2]) - now, 0), 0}
+end
+return {0, -1, 0}

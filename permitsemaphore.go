@@ -1,0 +1,179 @@
+package relock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"time"
+)
+
+// PermitSemaphore is a semaphore whose permits come back when their holder dies: each permit taken has an
+// id and an expiry in Redis, which the Client's watchdog keeps pushing back while the permit is held (or
+// which a lease fixes), so a permit whose process died or stalled is given back within the watchdog
+// timeout, and its holder's context (Permit.Context) ends with ErrLockLost when it is lost.
+//
+// It uses Redisson's RPermitExpirableSemaphore layout: the available permits at the name, the permits
+// taken in the sorted set "{name}:timeout" (an id of 16 random bytes, scored with its expiry in Unix
+// milliseconds, taken from the Redis server's clock), and releases announced on "redisson_sc:{name}" with
+// the permits then available. Redisson clients see relock's permits, give back the expired ones, and take
+// and release their own from the same count. What is relock's alone is the renewal: Redisson's permits live
+// for a fixed lease.
+type PermitSemaphore struct {
+	syncObject
+	timeouts string // the permits taken, "{name}:timeout"
+}
+
+// PermitSemaphore returns the expirable semaphore called name. Set its permits with TrySetPermits or
+// AddPermits.
+func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
+	timeouts := "{" + name + "}:timeout" // Redisson's suffixName
+	if strings.Contains(name, "{") {
+		timeouts = name + ":timeout"
+	}
+	s := &PermitSemaphore{syncObject: newSyncObject(c, kindSemaphore, name, companion("redisson_sc", name)), timeouts: timeouts}
+	s.keys = []string{name, timeouts, s.channel}
+	return s
+}
+
+// Permit is one permit taken from a PermitSemaphore.
+type Permit struct {
+	s  *PermitSemaphore
+	id string // 16 random bytes, the member of the sorted set
+}
+
+// ID returns the permit's id, in hex, as Redisson names permits (RPermitExpirableSemaphore.release(id)).
+func (p *Permit) ID() string { return hex.EncodeToString([]byte(p.id)) }
+
+func (s *PermitSemaphore) check(ctx context.Context) error {
+	if s == nil {
+		return ErrNilClient
+	}
+	return s.syncObject.check(ctx, validName(s.name))
+}
+
+// TrySetPermits sets the permits if the semaphore was never set, and reports whether it did. permits must
+// not be negative (ErrInvalidPermits).
+func (s *PermitSemaphore) TrySetPermits(ctx context.Context, permits int) (bool, error) {
+	return (&Semaphore{s.syncObject}).TrySetPermits(ctx, permits)
+}
+
+// AddPermits adds permits, or takes that many away when negative (zero is ErrInvalidPermits).
+func (s *PermitSemaphore) AddPermits(ctx context.Context, permits int) error {
+	return (&Semaphore{s.syncObject}).AddPermits(ctx, permits)
+}
+
+// AvailablePermits returns the permits available now (permits whose expiry passed come back at the next
+// acquisition or release, Redisson's or relock's).
+func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
+	return (&Semaphore{s.syncObject}).AvailablePermits(ctx)
+}
+
+// Acquire takes a permit, waiting until one is available or ctx ends. The watchdog keeps it alive until
+// Release; if it cannot (the process stalled, Redis lost it), the permit is lost and Context's context
+// ends with ErrLockLost.
+func (s *PermitSemaphore) Acquire(ctx context.Context) (*Permit, error) {
+	p, err := s.tryAcquire(ctx, "acquire", -1, 0)
+	if err == nil && p == nil {
+		err = wrapErrCtx(ctx, "acquire", s.name, context.Cause(ctx))
+	}
+	return p, err
+}
+
+// TryAcquire takes a permit if one becomes available within wait (0: only if one is now), and returns it,
+// or nil. With a lease > 0 the permit expires after lease (and is watched, not renewed); with 0 the
+// watchdog keeps it alive. A negative wait or lease is ErrInvalidDuration.
+func (s *PermitSemaphore) TryAcquire(ctx context.Context, wait, lease time.Duration) (*Permit, error) {
+	if wait < 0 || lease < 0 {
+		return nil, wrapErrCtx(ctx, "tryacquire", s.name, ErrInvalidDuration)
+	}
+	return s.tryAcquire(ctx, "tryacquire", wait, lease)
+}
+
+func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease time.Duration) (*Permit, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, wrapErrCtx(ctx, op, s.name, err)
+	}
+	publish, err := s.c.publishCommand(ctx, s.channel)
+	if err != nil {
+		return nil, wrapErrCtx(ctx, op, s.name, err)
+	}
+	ttlArg := s.c.watchdogTimeoutArg
+	if lease > 0 {
+		lease = roundUpToMillis(lease)
+		ttlArg = fmtMillis(lease)
+	}
+	var permit *Permit
+	parent := ctx
+	_, err = s.c.acquire(ctx, acquireOp{kind: kindSemaphore, name: s.name, channel: s.channel, wakes: semaphoreWakes, wait: wait},
+		func(ctx context.Context) (bool, time.Duration, error) {
+			var raw [16]byte
+			_, _ = rand.Read(raw[:])
+			id := string(raw[:])
+			sentAt := time.Now()
+			reply, err := s.c.scripts.runAcquire(ctx, scriptCall{script: scriptPermitAcquire, keys: s.keys, args: []string{ttlArg, id, publish}})
+			if err != nil {
+				if outcomeUnknown(err) {
+					s.giveBack(id) // it may have been taken: give it back, or it comes back at its expiry
+				}
+				return false, 0, err
+			}
+			if reply[0] != 1 {
+				return false, time.Duration(reply[1]) * time.Millisecond, nil // -1: wait for a release
+			}
+			s.c.holds.acquired(holdKey{key: s.timeouts, field: id}, acquisition{kind: kindSemaphore, name: s.name, count: 1,
+				lease: lease, sentAt: sentAt, parent: parent,
+				renew: renewal{script: scriptPermitRenew, keys: s.keys[1:2], field: id}})
+			permit = &Permit{s: s, id: id}
+			return true, 0, nil
+		})
+	if err != nil {
+		return nil, wrapErrCtx(ctx, op, s.name, err)
+	}
+	return permit, nil
+}
+
+// giveBack releases, in the background, a permit an acquisition may have taken although its reply was lost.
+func (s *PermitSemaphore) giveBack(id string) {
+	s.c.goBackground(func(life context.Context) {
+		s.c.retryUnknown(life, time.Now().Add(s.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
+			return s.release(ctx, id)
+		})
+	})
+}
+
+func (s *PermitSemaphore) release(ctx context.Context, id string) (int64, error) {
+	publish, err := s.c.publishCommand(ctx, s.channel)
+	if err != nil {
+		return 0, err
+	}
+	return s.c.scripts.runInt(ctx, scriptCall{script: scriptPermitRelease, keys: s.keys, args: []string{id, publish}})
+}
+
+// Context returns a context, derived from ctx, that ends when the permit does: with a cause matching
+// ErrLockLost when it is lost (it expired: its holder stalled, or Redis did not answer in time), with
+// context.Canceled when it is released. It returns ErrNotHeld for a permit that ended already.
+func (p *Permit) Context(ctx context.Context) (context.Context, error) {
+	hc, err := p.s.c.holds.holdContext(ctx, holdKey{key: p.s.timeouts, field: p.id})
+	return hc, wrapErrCtx(ctx, "permitcontext", p.s.name, err)
+}
+
+// Release gives the permit back and wakes waiters. It returns ErrNotHeld when the permit was not taken
+// any more (released already, or lost: it expired and was given back).
+func (p *Permit) Release(ctx context.Context) error {
+	s := p.s
+	if err := s.check(ctx); err != nil {
+		return wrapErrCtx(ctx, "release", s.name, err)
+	}
+	k := holdKey{key: s.timeouts, field: p.id}
+	released, err := s.release(ctx, p.id)
+	switch {
+	case err != nil:
+		return wrapErrCtx(ctx, "release", s.name, err)
+	case released == 0:
+		s.c.holds.notHeld(k)
+		return wrapErrCtx(ctx, "release", s.name, ErrNotHeld)
+	}
+	s.c.holds.released(k, 0)
+	return nil
+}

@@ -1,0 +1,146 @@
+package relock_test
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/faultnet"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+// A permit is kept alive while held, ends its context when released, and is in Redisson's layout.
+func TestPermitSemaphore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	opts := &relock.Options{WatchdogTimeout: 600 * time.Millisecond}
+	a, b := newClient(t, srv, opts), newClient(t, srv, opts)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	s := a.PermitSemaphore("jobs")
+	if ok, err := s.TrySetPermits(ctx, 1); !ok || err != nil {
+		t.Fatalf("TrySetPermits = %v, %v", ok, err)
+	}
+	p, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := p.Context(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := hex.DecodeString(p.ID())
+	if len(id) != 16 {
+		t.Fatalf("permit id %q, want 16 bytes in hex", p.ID())
+	}
+	if err := do(t, rdb, "ZSCORE", "{jobs}:timeout", string(id)).Error(); err != nil {
+		t.Fatalf("the permit is not in Redisson's {jobs}:timeout: %v", err)
+	}
+	// Held for three times the watchdog timeout: renewed, and nobody else gets it.
+	if got, err := b.PermitSemaphore("jobs").TryAcquire(ctx, 1800*time.Millisecond, 0); got != nil || err != nil {
+		t.Fatalf("another Client got a permit of a semaphore of 1 that is held: %v, %v", got, err)
+	}
+	if held.Err() != nil {
+		t.Fatalf("the permit ended while held: %v", context.Cause(held))
+	}
+	waiter := make(chan *relock.Permit, 1)
+	go func() {
+		q, err := b.PermitSemaphore("jobs").Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		waiter <- q
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(held), context.Canceled) {
+		t.Fatalf("the released permit's context ended with %v", context.Cause(held))
+	}
+	if err := p.Release(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("a second Release = %v, want ErrNotHeld", err)
+	}
+	var q *relock.Permit
+	select {
+	case q = <-waiter:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiter was not woken by the release")
+	}
+	if err := q.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.AvailablePermits(ctx); n != 1 {
+		t.Fatalf("available = %d, want 1", n)
+	}
+}
+
+// A permit whose holder stops renewing it (its Client closed, as when its process dies) comes back
+// within the watchdog timeout, to a waiter that was woken by nothing else.
+func TestPermitOfADeadHolderComesBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	opts := &relock.Options{WatchdogTimeout: 600 * time.Millisecond}
+	dead, alive := newClient(t, srv, opts), newClient(t, srv, opts)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if _, err := dead.PermitSemaphore("crash").TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dead.PermitSemaphore("crash").Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dead.Close()
+	start := time.Now()
+	p, err := alive.PermitSemaphore("crash").Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the dead holder's permit came back after %v (watchdog timeout 600ms)", d)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A holder cut off from Redis past the permit's expiry loses it: its context ends with ErrLockLost, and
+// another Client takes the permit.
+func TestPermitLostWhenNotRenewed(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	opts := &relock.Options{WatchdogTimeout: 600 * time.Millisecond}
+	holder, other := clientAt(t, proxy.Addr, opts), newClient(t, srv, opts)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if _, err := other.PermitSemaphore("cut").TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := holder.PermitSemaphore("cut").Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _ := p.Context(ctx)
+	proxy.Stall(faultnet.Upstream, true)
+	got, err := other.PermitSemaphore("cut").TryAcquire(ctx, 3*time.Second, 0)
+	if err != nil || got == nil {
+		t.Fatalf("the other Client did not get the expired permit: %v, %v", got, err)
+	}
+	select {
+	case <-held.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the holder was not told it lost the permit")
+	}
+	proxy.Stall(faultnet.Upstream, false)
+	if !errors.Is(context.Cause(held), relock.ErrLockLost) {
+		t.Fatalf("the lost permit's context ended with %v, want ErrLockLost", context.Cause(held))
+	}
+	if err := p.Release(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("Release of a lost permit = %v, want ErrNotHeld", err)
+	}
+	if err := got.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
