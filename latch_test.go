@@ -186,4 +186,34 @@ func TestSemaphoreAndLatchOnCluster(t *testing.T) {
 	if n, _ := sem.AvailablePermits(ctx); n != 0 {
 		t.Fatalf("available = %d, want 0", n)
 	}
+
+	// An expirable semaphore's counter, taken permits and channel share the name's slot too.
+	ps := a.PermitSemaphore(d.name("permits"))
+	if _, err := ps.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := ps.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		q, err := b.PermitSemaphore(d.name("permits")).Acquire(ctx)
+		if err == nil {
+			err = q.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a permit waiter on the cluster was not woken")
+	}
 }

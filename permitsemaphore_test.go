@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -143,4 +144,46 @@ func TestPermitLostWhenNotRenewed(t *testing.T) {
 	if err := got.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Redisson's protocol, driven by hand: a permit a Redisson client took (a member of {name}:timeout scored
+// with its expiry, the count decremented) whose expiry has passed is given back by relock's next
+// acquisition, and relock's permits are members Redisson's scripts see.
+func TestPermitSemaphoreRedissonProtocol(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	s := c.PermitSemaphore("shared-permits")
+	if _, err := s.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// A Redisson client took the only permit, with a lease that ran out a second ago.
+	do(t, rdb, "DECRBY", "shared-permits", "1")
+	expired := strconv.FormatInt(time.Now().Add(-time.Second).UnixMilli(), 10)
+	do(t, rdb, "ZADD", "{shared-permits}:timeout", expired, "java-permit-id-16")
+	p, err := s.TryAcquire(ctx, 0, 0)
+	if err != nil || p == nil {
+		t.Fatalf("relock did not take the permit whose Redisson lease had run out: %v, %v", p, err)
+	}
+	if n, _ := do(t, rdb, "ZCARD", "{shared-permits}:timeout").AsInt64(); n != 1 {
+		t.Fatalf("{shared-permits}:timeout holds %d permits, want relock's 1", n)
+	}
+	score, err := do(t, rdb, "ZSCORE", "{shared-permits}:timeout", string(mustHex(t, p.ID()))).AsFloat64()
+	if err != nil || int64(score) <= time.Now().UnixMilli() {
+		t.Fatalf("relock's permit is scored %v (%v), want its expiry in Unix milliseconds", score, err)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustHex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
