@@ -21,7 +21,8 @@ import (
 // for a fixed lease.
 type PermitSemaphore struct {
 	syncObject
-	timeouts string // the permits taken, "{name}:timeout"
+	timeouts   string   // the permits taken, "{name}:timeout"
+	permitKeys []string // the counter, the permits taken, the channel
 }
 
 // PermitSemaphore returns the expirable semaphore called name. Set its permits with TrySetPermits or
@@ -32,7 +33,7 @@ func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
 		timeouts = name + ":timeout"
 	}
 	s := &PermitSemaphore{syncObject: newSyncObject(c, kindSemaphore, name, companion("redisson_sc", name)), timeouts: timeouts}
-	s.keys = []string{name, timeouts, s.channel}
+	s.permitKeys = []string{name, timeouts, s.channel}
 	return s
 }
 
@@ -111,7 +112,7 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 			_, _ = rand.Read(raw[:])
 			id := string(raw[:])
 			sentAt := time.Now()
-			reply, err := s.c.scripts.runAcquire(ctx, scriptCall{script: scriptPermitAcquire, keys: s.keys, args: []string{ttlArg, id, publish}})
+			reply, err := s.c.scripts.runAcquire(ctx, scriptCall{script: scriptPermitAcquire, keys: s.permitKeys, args: []string{ttlArg, id, publish}})
 			if err != nil {
 				if outcomeUnknown(err) {
 					s.giveBack(id) // it may have been taken: give it back, or it comes back at its expiry
@@ -123,7 +124,7 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 			}
 			s.c.holds.acquired(holdKey{key: s.timeouts, field: id}, acquisition{kind: kindSemaphore, name: s.name, count: 1,
 				lease: lease, sentAt: sentAt, parent: parent,
-				renew: renewal{script: scriptPermitRenew, keys: s.keys[1:2], field: id}})
+				renew: renewal{script: scriptPermitRenew, keys: s.permitKeys[1:2], field: id}})
 			permit = &Permit{s: s, id: id}
 			return true, 0, nil
 		})
@@ -147,7 +148,7 @@ func (s *PermitSemaphore) release(ctx context.Context, id string) (int64, error)
 	if err != nil {
 		return 0, err
 	}
-	return s.c.scripts.runInt(ctx, scriptCall{script: scriptPermitRelease, keys: s.keys, args: []string{id, publish}})
+	return s.c.scripts.runInt(ctx, scriptCall{script: scriptPermitRelease, keys: s.permitKeys, args: []string{id, publish}})
 }
 
 // Context returns a context, derived from ctx, that ends when the permit does: with a cause matching

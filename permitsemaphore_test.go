@@ -187,3 +187,43 @@ func mustHex(t *testing.T, s string) []byte {
 	}
 	return b
 }
+
+// AddPermits and TrySetPermits announce on the semaphore's channel, and wake a waiting Acquire.
+func TestPermitSemaphoreAddPermitsWakesWaiters(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 10*time.Second)
+	if _, err := a.PermitSemaphore("grow").TrySetPermits(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	messages := subscribeRaw(t, srv, "redisson_sc:{grow}")
+	got := make(chan error, 1)
+	go func() {
+		p, err := b.PermitSemaphore("grow").Acquire(ctx)
+		if err == nil {
+			err = p.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := a.PermitSemaphore("grow").AddPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-messages:
+		if m != "1" {
+			t.Fatalf("AddPermits published %q on redisson_sc:{grow}, want 1", m)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("AddPermits published nothing on redisson_sc:{grow}")
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("AddPermits did not wake the waiter")
+	}
+}
