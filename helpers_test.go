@@ -261,3 +261,16 @@ func (d *deployment) keysContaining(t testing.TB, substr string) []string {
 	}
 	return keys
 }
+
+// receive fails t with failure unless an error, nil, comes on ch within d; a non-nil error fails t too.
+func receive(t testing.TB, ch <-chan error, d time.Duration, failure string) {
+	t.Helper()
+	select {
+	case err := <-ch:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(d):
+		t.Fatal(failure)
+	}
+}

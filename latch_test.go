@@ -54,14 +54,7 @@ func TestCountDownLatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 {
-		select {
-		case err := <-waiters:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(3 * time.Second):
-			t.Fatal("a waiter was not woken when the latch opened")
-		}
+		receive(t, waiters, 3*time.Second, "a waiter was not woken when the latch opened")
 	}
 	if n, _ := do(t, rdb, "EXISTS", "batch").AsInt64(); n != 0 {
 		t.Fatal("an open latch's key is still there")
@@ -118,14 +111,7 @@ func TestCountDownLatchRedissonProtocol(t *testing.T) {
 	do(t, rdb, "DECR", "shared-latch")
 	do(t, rdb, "DEL", "shared-latch")
 	do(t, rdb, "PUBLISH", "redisson_countdownlatch__channel__{shared-latch}", "0")
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("a Redisson-style count down did not wake relock's waiter")
-	}
+	receive(t, got, 3*time.Second, "a Redisson-style count down did not wake relock's waiter")
 
 	messages := subscribeRaw(t, srv, "redisson_countdownlatch__channel__{shared-latch}")
 	if _, err := l.TrySetCount(ctx, 1); err != nil {
@@ -174,14 +160,7 @@ func TestSemaphoreAndLatchOnCluster(t *testing.T) {
 		}
 	}
 	for range 2 {
-		select {
-		case err := <-woken:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("a waiter on the cluster was not woken")
-		}
+		receive(t, woken, 5*time.Second, "a waiter on the cluster was not woken")
 	}
 	if n, _ := sem.AvailablePermits(ctx); n != 0 {
 		t.Fatalf("available = %d, want 0", n)
@@ -208,12 +187,5 @@ func TestSemaphoreAndLatchOnCluster(t *testing.T) {
 	if err := p.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a permit waiter on the cluster was not woken")
-	}
+	receive(t, got, 5*time.Second, "a permit waiter on the cluster was not woken")
 }

@@ -66,14 +66,7 @@ func TestSemaphore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(3 * time.Second):
-			t.Fatal("a release of 2 permits did not wake 2 waiters")
-		}
+		receive(t, got, 3*time.Second, "a release of 2 permits did not wake 2 waiters")
 	}
 	wg.Wait()
 	if n, _ := s.AvailablePermits(ctx); n != 0 {
@@ -157,14 +150,7 @@ func TestSemaphoreRedissonProtocol(t *testing.T) {
 	// A Redisson release: INCRBY and publish the new count.
 	do(t, rdb, "INCRBY", "shared", "1")
 	do(t, rdb, "PUBLISH", "redisson_sc:{shared}", "1")
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("a Redisson-style release did not wake relock's waiter")
-	}
+	receive(t, got, 3*time.Second, "a Redisson-style release did not wake relock's waiter")
 
 	messages := subscribeRaw(t, srv, "redisson_sc:{shared}")
 	if err := s.Release(ctx, 2); err != nil {

@@ -56,14 +56,7 @@ func TestTLS(t *testing.T) {
 	if err := a.Lock("tls").Unlock(one); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter was not woken over TLS")
-	}
+	receive(t, got, 5*time.Second, "the waiter was not woken over TLS")
 	if err := b.Lock("tls").Unlock(two); err != nil {
 		t.Fatal(err)
 	}
