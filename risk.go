@@ -2,6 +2,7 @@ package relock
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"time"
@@ -73,10 +74,19 @@ func (t *telemetry) reportRenewalFailures(fs []renewalFailure, err error) {
 		}
 		if t.log != nil {
 			t.log.LogAttrs(ctx, slog.LevelWarn, "relock: renewal failed; the hold is at risk",
-				slog.String("lock", f.name), slog.String("kind", f.kind.String()), slog.String("owner", f.owner),
+				slog.String("lock", f.name), slog.String("kind", f.kind.String()), slog.String("owner", logOwner(f.kind, f.owner)),
 				slog.Duration("expires_in", f.expiresIn), slog.Any("error", errOrUnknown(err)))
 		}
 	}
+}
+
+// logOwner is how a hold's owner field shows in a log record: a permit's id (PermitSemaphore) is 16
+// random bytes, shown in hex as Permit.ID gives it.
+func logOwner(kind lockKind, field string) string {
+	if kind == kindSemaphore {
+		return hex.EncodeToString([]byte(field))
+	}
+	return field
 }
 
 // logLoss logs the loss of the hold h (cause matches ErrLockLost), unless its Client was closed.
@@ -85,7 +95,7 @@ func (t *telemetry) logLoss(h *hold, cause error) {
 		return
 	}
 	t.log.LogAttrs(context.Background(), slog.LevelError, "relock: hold lost",
-		slog.String("lock", h.name), slog.String("kind", h.kind.String()), slog.String("owner", h.key.field),
+		slog.String("lock", h.name), slog.String("kind", h.kind.String()), slog.String("owner", logOwner(h.kind, h.key.field)),
 		slog.Any("error", cause))
 }
 
