@@ -3,7 +3,6 @@ package relock_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,31 +11,12 @@ import (
 
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/internal/testutil"
 )
 
-// readmeACL returns the library's minimal ACL rules as README.md gives them (the code block after
-// "<!-- acl -->"), for locks whose names start with "app:", without ACL SETUSER and the user's name.
-func readmeACL(t *testing.T) []string {
-	t.Helper()
-	b, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(b), "<!-- acl -->")
-	if !ok {
-		t.Fatal(`README.md has no "<!-- acl -->" block`)
-	}
-	_, block, _ := strings.Cut(after, "```sh\n")
-	block, _, _ = strings.Cut(block, "```")
-	words := strings.Fields(strings.ReplaceAll(block, "\\\n", " "))
-	if len(words) < 4 || words[0] != "ACL" || words[1] != "SETUSER" {
-		t.Fatalf("README's ACL block does not start with ACL SETUSER <user>: %q", block)
-	}
-	for i, w := range words {
-		words[i] = strings.Trim(w, "'") // shell quoting
-	}
-	return words[3:]
-}
+// readmeACL returns the library's minimal ACL rules as README.md gives them (the block after
+// "<!-- acl -->"), for names that start with "app:".
+func readmeACL(t *testing.T) []string { return testutil.ACLBlock(t, "README.md", "<!-- acl -->") }
 
 // The library works as a Redis user holding exactly the ACL README.md gives, for every lock type and its
 // waits, and that ACL does confine it to its prefix.

@@ -82,28 +82,9 @@ func TestRedissURL(t *testing.T) {
 	}
 }
 
-// aclBlock returns the words of the README's ACL block after marker, without ACL SETUSER and the user,
-// with shell quotes removed.
+// aclBlock returns the rules of the root README's ACL block after marker.
 func aclBlock(t *testing.T, marker string) []string {
-	t.Helper()
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(b), marker)
-	if !ok {
-		t.Fatalf("README.md has no %q block", marker)
-	}
-	_, block, _ := strings.Cut(after, "```sh\n")
-	block, _, _ = strings.Cut(block, "```")
-	words := strings.Fields(strings.ReplaceAll(block, "\\\n", " "))
-	if len(words) < 4 || words[0] != "ACL" || words[1] != "SETUSER" {
-		t.Fatalf("README's %s block does not start with ACL SETUSER <user>", marker)
-	}
-	for i, w := range words {
-		words[i] = strings.Trim(w, "'")
-	}
-	return words[3:]
+	return testutil.ACLBlock(t, "../../README.md", marker)
 }
 
 // As a Redis user holding the library's ACL and the command's additions from README.md, every operator

@@ -85,3 +85,27 @@ func Proxy(t testing.TB, addr string) *faultnet.Proxy {
 func RaceExitAtOnce() {
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 }
+
+// ACLBlock returns the rules of the ACL SETUSER block that follows marker in the README at path (the code
+// block after it), without "ACL SETUSER <user>", with line continuations and shell quotes removed.
+func ACLBlock(t testing.TB, path, marker string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), marker)
+	if !ok {
+		t.Fatalf("%s has no %q block", path, marker)
+	}
+	_, block, _ := strings.Cut(after, "```sh\n")
+	block, _, _ = strings.Cut(block, "```")
+	words := strings.Fields(strings.ReplaceAll(block, "\\\n", " "))
+	if len(words) < 4 || words[0] != "ACL" || words[1] != "SETUSER" {
+		t.Fatalf("the %s block of %s does not start with ACL SETUSER <user>", marker, path)
+	}
+	for i, w := range words {
+		words[i] = strings.Trim(w, "'")
+	}
+	return words[3:]
+}
