@@ -42,6 +42,7 @@ func TestConformance(t *testing.T) {
 			Raw:    func(t testing.TB) rueidis.Client { return d.raw(t) },
 			Keys:   func(t testing.TB, substr string) []string { return d.keysContaining(t, substr) },
 			Prefix: d.prefix,
+			Light:  place == "acl" || place == "tls",
 		}
 	})
 }

@@ -32,6 +32,7 @@ func TestConformance(t *testing.T) {
 				}
 				return keys
 			},
+			Light: true, // miniredis runs the scripts in gopher-lua: the full load takes tens of seconds under -race
 		}
 	})
 }
