@@ -154,14 +154,16 @@ func (r *RedLock) round(ctx context.Context, lease time.Duration) (ok bool, node
 	ttl := r.ttl(lease)
 	n, limit := len(r.parts), len(r.parts)-r.quorum
 	start := time.Now()
-	// Every node's part starts now and has the node timeout: one deadline for all of them.
-	roundCtx, stop := context.WithTimeout(ctx, r.nodeTimeout(ttl))
+	roundCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	got := make([]bool, n)
 	errs := make([]error, n)
 	var failed atomic.Int32
 	r.fanOut(func(i int, p *RLock) {
-		got[i], errs[i] = p.TryLock(roundCtx, 0, lease)
+		// The node timeout runs from when the part starts: on a loaded machine a part may start late.
+		nodeCtx, cancel := context.WithTimeout(roundCtx, r.nodeTimeout(ttl))
+		defer cancel()
+		got[i], errs[i] = p.TryLock(nodeCtx, 0, lease)
 		if !got[i] && int(failed.Add(1)) > limit {
 			stop() // a majority is out of reach: do not wait for the rest
 		}
@@ -219,9 +221,9 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 		return wrapErrCtx(ctx, "unlock", r.name, err)
 	}
 	errs := make([]error, len(r.parts))
-	nodeCtx, cancel := context.WithTimeout(octx, r.nodeTimeout(r.ttl(0))) // a stalled node must not hold up the rest
-	defer cancel()
 	r.fanOut(func(i int, p *RLock) {
+		nodeCtx, cancel := context.WithTimeout(octx, r.nodeTimeout(r.ttl(0))) // a stalled node must not hold up the rest
+		defer cancel()
 		errs[i] = p.Unlock(nodeCtx)
 	})
 	released, notHeld := 0, 0
