@@ -2,8 +2,6 @@ package relock_test
 
 import (
 	"crypto/tls"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -14,20 +12,10 @@ import (
 	"github.com/relock-go/relock/internal/testutil"
 )
 
-// startTLS starts a redis-server that also listens with TLS, on certificates made for the test, and
-// returns it, its TLS address and a TLS configuration that trusts it.
+// startTLS is testutil.StartTLS without the CA's file.
 func startTLS(t *testing.T) (*redistest.Server, string, *tls.Config) {
-	t.Helper()
-	pool, caFile, certFile, keyFile := testutil.TLSCerts(t, t.TempDir())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsPort := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	srv := redistest.Start(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
-		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no")
-	return srv, net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort)), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	srv, addr, cfg, _ := testutil.StartTLS(t)
+	return srv, addr, cfg
 }
 
 // relock works over TLS (redis-server's --tls-port), given the rueidis TLS configuration through

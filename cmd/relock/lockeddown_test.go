@@ -3,12 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,17 +43,8 @@ func runEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, 
 // against the system roots (here SSL_CERT_FILE, the test's CA), and refuses one it cannot verify.
 func TestRedissURL(t *testing.T) {
 	t.Parallel()
-	pool, caFile, certFile, keyFile := testutil.TLSCerts(t, t.TempDir())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	redistest.Start(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
-		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no")
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	c, err := relock.New([]string{addr}, &relock.Options{Redis: rueidis.ClientOption{TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}})
+	_, addr, cfg, caFile := testutil.StartTLS(t)
+	c, err := relock.New([]string{addr}, &relock.Options{Redis: rueidis.ClientOption{TLSConfig: cfg}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -11,8 +12,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/relock-go/relock/internal/redistest"
 )
 
 // TLSCerts writes a CA and a server certificate for 127.0.0.1 it signed into dir (PEM), for
@@ -48,4 +52,20 @@ func TLSCerts(t testing.TB, dir string) (pool *x509.CertPool, caFile, certFile, 
 	pool = x509.NewCertPool()
 	pool.AddCert(caCert)
 	return pool, write("ca.crt", "CERTIFICATE", caDER), write("server.crt", "CERTIFICATE", leafDER), write("server.key", "EC PRIVATE KEY", keyDER)
+}
+
+// StartTLS starts a redis-server that also listens with TLS, on certificates TLSCerts makes, and returns
+// it, its TLS address, a TLS configuration that trusts it, and the CA's file.
+func StartTLS(t testing.TB) (srv *redistest.Server, addr string, cfg *tls.Config, caFile string) {
+	t.Helper()
+	pool, caFile, certFile, keyFile := TLSCerts(t, t.TempDir())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	srv = redistest.Start(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no")
+	return srv, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, caFile
 }
