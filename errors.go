@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -117,7 +118,8 @@ func (e *opError) Unwrap() error { return e.err }
 
 // wrapErrCtx attaches op and name to err, an error of an operation made with ctx, translating rueidis's
 // closing error into ErrClosed. Once ctx has ended, the error matches ctx's error (errors.Is), whatever
-// else went wrong as it ended (a dial that timed out, a broken connection).
+// else went wrong as it ended (a dial that timed out, a broken connection). A ctx whose deadline has passed
+// has ended, even if its timer, late on a loaded machine, has not fired yet.
 func wrapErrCtx(ctx context.Context, op, name string, err error) error {
 	if err == nil {
 		return nil
@@ -125,7 +127,11 @@ func wrapErrCtx(ctx context.Context, op, name string, err error) error {
 	if errors.Is(err, rueidis.ErrClosing) {
 		err = ErrClosed
 	}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w (%w)", cerr, err)
 	}
 	return &opError{op: op, name: name, err: err}

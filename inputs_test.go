@@ -49,7 +49,13 @@ func TestErrorsAfterContextEndMatchIt(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(base, time.Duration(rand.IntN(3000))*time.Microsecond)
 		err := calls[round%len(calls)](ctx)
-		if ctx.Err() != nil && err != nil {
+		returned := time.Now()
+		dl, _ := ctx.Deadline()
+		// A call that failed on its own (EOF while partitioned) just before its deadline may return after
+		// it, or the context's timer may fire late on a loaded machine: only a call that returned past its
+		// deadline must say the context ended (CI once saw EOF from a call whose context ended as it
+		// returned).
+		if ctx.Err() != nil && err != nil && !returned.Before(dl) {
 			checked++
 			if !errors.Is(err, ctx.Err()) {
 				t.Errorf("call %d after its context ended: %v, which does not match %v", round%len(calls), err, ctx.Err())

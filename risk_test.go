@@ -37,7 +37,9 @@ func TestHoldAtRiskThenLost(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	proxy := startProxy(t, srv)
-	obs := newObserved(t, 900*time.Millisecond) // renewals every 300 ms
+	// Renewals every 1.5 s, each given 1.5 s: the risk shows within 3 s of the stall, leaving 1.5 s to
+	// unstall and renew before the hold expires (a loaded CI machine missed a 300 ms margin).
+	obs := newObserved(t, 4500*time.Millisecond)
 	logs := &redistest.OutputBuffer{}
 	obs.opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	c := clientAt(t, proxy.Addr, obs.opts)
@@ -62,7 +64,7 @@ func TestHoldAtRiskThenLost(t *testing.T) {
 	proxy.Stall(faultnet.Upstream, true)
 	select {
 	case <-changed:
-	case <-time.After(3 * time.Second):
+	case <-time.After(6 * time.Second):
 		t.Fatal("the hold did not become at risk while its renewals failed")
 	}
 	atRisk, changed, err = relock.HoldRisk(held)
@@ -76,7 +78,7 @@ func TestHoldAtRiskThenLost(t *testing.T) {
 	proxy.Stall(faultnet.Upstream, false)
 	select {
 	case <-changed:
-	case <-time.After(3 * time.Second):
+	case <-time.After(6 * time.Second):
 		t.Fatal("the risk did not end once a renewal succeeded")
 	}
 	if atRisk, _, err = relock.HoldRisk(held); err != nil || atRisk {
@@ -102,7 +104,7 @@ func TestHoldAtRiskThenLost(t *testing.T) {
 	proxy.Stall(faultnet.Upstream, true)
 	select {
 	case <-held.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("the hold was not lost")
 	}
 	proxy.Stall(faultnet.Upstream, false)

@@ -176,7 +176,7 @@ func TestUnlockContextEndingInFlightReleases(t *testing.T) {
 func TestNestedUnlockWithEndedContextKeepsOuterHold(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	c := newClient(t, srv, &relock.Options{WatchdogTimeout: 300 * time.Millisecond})
+	c := newClient(t, srv, &relock.Options{WatchdogTimeout: time.Second})
 	ctx := relock.WithOwner(ctxTimeout(t, 20*time.Second), "nested")
 	l := c.Lock("nested")
 	for range 2 {
@@ -190,7 +190,7 @@ func TestNestedUnlockWithEndedContextKeepsOuterHold(t *testing.T) {
 	if err := l.Unlock(ended); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // three watchdog timeouts: the outer hold must be renewed
+	time.Sleep(2500 * time.Millisecond) // two and a half watchdog timeouts: the outer hold must be renewed
 	if held.Err() != nil {
 		t.Fatalf("the outer hold ended: %v", context.Cause(held))
 	}

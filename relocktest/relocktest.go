@@ -222,7 +222,9 @@ func (s *Server) Close() {
 func (s *Server) Down() { s.proxy.Partition(true) }
 
 // Up makes s reachable again after Down. Clients reconnect on their next command, and their
-// subscriptions come back on their own.
+// subscriptions come back on their own. A connection a Client began to dial while s was down may still
+// fail once Up has returned, so the first call after Up can return that transient error; a blocking
+// wait already under way rides it out, and a call made again reconnects.
 func (s *Server) Up() { s.proxy.Partition(false) }
 
 // Expire ends every hold of the lock called name now, as if their TTLs had run out: it deletes the lock's
