@@ -31,6 +31,7 @@ type acquisition struct {
 	token  uint64          // fencing token, 0 if the lock is not fenced
 	parent context.Context // the acquiring call's context: the hold span's parent
 	traced bool            // the acquisition's span records: give the hold one too
+	group  holdKey         // the hold group the hold joins (see holdgroups.go); zero: none
 	// keepAlive marks an entry that is not a hold but something a waiter keeps alive the same way (a fair
 	// lock's queue entry): renewed like a hold, but without contexts, spans or metrics.
 	keepAlive bool
@@ -53,7 +54,8 @@ type hold struct {
 	acquiredAt time.Time // zero for a placeholder made by settle
 	renewals   int
 	ended      bool
-	keepAlive  bool // see acquisition.keepAlive
+	keepAlive  bool    // see acquisition.keepAlive
+	group      holdKey // the hold's group, if it has one (see holdgroups.go)
 	// settling is closed when the undo of an acquisition whose reply was lost, or the completion of an
 	// unlock whose reply was lost, is over. Until then the owner's next operation on this hold waits, so
 	// the undo or completion sees counts nobody else is changing.
@@ -90,6 +92,7 @@ type holdTable struct {
 
 	mu      sync.Mutex
 	holds   map[holdKey]*hold
+	groups  map[holdKey][]holdKey // see holdgroups.go
 	queue   holdQueue
 	started bool
 	closed  bool
@@ -125,6 +128,9 @@ func (w *holdTable) acquired(k holdKey, a acquisition) {
 	if h.acquiredAt.IsZero() { // a first acquisition (or a placeholder being filled in)
 		h.kind, h.name, h.acquiredAt, h.keepAlive = a.kind, a.name, time.Now(), a.keepAlive
 		h.span = noSpan
+		if a.group != (holdKey{}) {
+			w.groupLocked(h, a.group)
+		}
 		if a.traced && !a.keepAlive { // no hold span where the acquisition was not traced (no SDK, or not sampled)
 			h.span = w.c.tel.startHold(a.parent, a.kind, a.name)
 		}
@@ -196,6 +202,13 @@ func (w *holdTable) expiry(k holdKey) (time.Time, time.Duration, bool) {
 	return time.Time{}, 0, false
 }
 
+// held reports whether k is held (see hold.heldLocked).
+func (w *holdTable) held(k holdKey) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.holds[k].heldLocked(time.Now())
+}
+
 // count returns the hold count known for k.
 func (w *holdTable) count(k holdKey) int64 {
 	w.mu.Lock()
@@ -239,6 +252,9 @@ func (w *holdTable) endLocked(h *hold, cause error) ending {
 	}
 	if w.holds[h.key] == h {
 		delete(w.holds, h.key)
+	}
+	if h.group != (holdKey{}) {
+		w.ungroupLocked(h)
 	}
 	if h.index >= 0 {
 		heap.Remove(&w.queue, h.index)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -37,7 +38,8 @@ func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
 	return s
 }
 
-// Permit is one permit taken from a PermitSemaphore.
+// Permit is one permit taken from a PermitSemaphore. It belongs to the owner that took it (see WithOwner):
+// that owner can give it back with PermitSemaphore.Release, and anyone given the Permit with its Release.
 type Permit struct {
 	s  *PermitSemaphore
 	id string // 16 random bytes, the member of the sorted set
@@ -95,6 +97,10 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 	if err := s.check(ctx); err != nil {
 		return nil, wrapErrCtx(ctx, op, s.name, err)
 	}
+	owner, err := s.c.ownerField(ctx)
+	if err != nil {
+		return nil, wrapErrCtx(ctx, op, s.name, err)
+	}
 	publish, err := s.c.publishCommand(ctx, s.channel)
 	if err != nil {
 		return nil, wrapErrCtx(ctx, op, s.name, err)
@@ -123,7 +129,7 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 				return false, time.Duration(reply[1]) * time.Millisecond, nil // -1: wait for a release
 			}
 			s.c.holds.acquired(holdKey{key: s.timeouts, field: id}, acquisition{kind: kindSemaphore, name: s.name, count: 1,
-				lease: lease, sentAt: sentAt, parent: parent,
+				lease: lease, sentAt: sentAt, parent: parent, group: holdKey{key: s.timeouts, field: owner},
 				renew: renewal{script: scriptPermitRenew, keys: s.permitKeys[1:2], field: id}})
 			permit = &Permit{s: s, id: id}
 			return true, 0, nil
@@ -138,17 +144,100 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 func (s *PermitSemaphore) giveBack(id string) {
 	s.c.goBackground(func(life context.Context) {
 		s.c.retryUnknown(life, time.Now().Add(s.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
-			return s.release(ctx, id)
+			given, err := s.release(ctx, id)
+			if err != nil {
+				return 0, err
+			}
+			return given[0], nil
 		})
 	})
 }
 
-func (s *PermitSemaphore) release(ctx context.Context, id string) (int64, error) {
+// release gives back the permits ids, in one script run, and reports which were given back.
+func (s *PermitSemaphore) release(ctx context.Context, ids ...string) ([]int64, error) {
 	publish, err := s.c.publishCommand(ctx, s.channel)
 	if err != nil {
+		return nil, err
+	}
+	given, err := s.c.run(ctx, scriptPermitRelease, s.permitKeys, append([]string{publish}, ids...)).AsIntSlice()
+	if err == nil && len(given) != len(ids) {
+		err = errUnexpectedReply
+	}
+	return given, err
+}
+
+// settle records the outcome of releasing the permits ks in the hold table and returns how many were not
+// taken any more (lost before the release).
+func (s *PermitSemaphore) settle(ks []holdKey, given []int64) (lost int) {
+	for i, k := range ks {
+		if given[i] == 0 {
+			s.c.holds.notHeld(k)
+			lost++
+		} else {
+			s.c.holds.released(k, 0)
+		}
+	}
+	return lost
+}
+
+// releaseHolds releases the permits ks, taken out of their group: on an error whose outcome is known
+// (nothing ran) they go back to it; on an unknown outcome they stay with the watchdog, which finds them
+// gone, or keeps them until they are released through their Permits.
+func (s *PermitSemaphore) releaseHolds(ctx context.Context, ks []holdKey) (lost int, err error) {
+	ids := make([]string, len(ks))
+	for i, k := range ks {
+		ids[i] = k.field
+	}
+	given, err := s.release(ctx, ids...)
+	if err != nil {
+		if !outcomeUnknown(err) {
+			s.c.holds.regroup(ks)
+		}
 		return 0, err
 	}
-	return s.c.scripts.runInt(ctx, scriptCall{script: scriptPermitRelease, keys: s.permitKeys, args: []string{id, publish}})
+	return s.settle(ks, given), nil
+}
+
+// Release gives back n permits that ctx's owner (see WithOwner) took from s, the longest held first, in
+// one script run, and wakes waiters. n must be at least 1 (ErrInvalidPermits). When the owner holds fewer
+// than n permits it returns an error matching ErrNotHeld and gives nothing back: permits the owner gave
+// back already or lost (see Permit.Context) do not count. A permit lost in the instant before the release
+// ran is not given back twice: the others are, and the error matches ErrNotHeld.
+func (s *PermitSemaphore) Release(ctx context.Context, n int) error {
+	if err := s.check(ctx); err != nil {
+		return wrapErrCtx(ctx, "release", s.name, err)
+	}
+	if n < 1 {
+		return wrapErrCtx(ctx, "release", s.name, ErrInvalidPermits)
+	}
+	owner, err := s.c.ownerField(ctx)
+	if err != nil {
+		return wrapErrCtx(ctx, "release", s.name, err)
+	}
+	ks, held := s.c.holds.takeFromGroup(holdKey{key: s.timeouts, field: owner}, n)
+	if ks == nil {
+		return wrapErrCtx(ctx, "release", s.name, fmt.Errorf("%w: releasing %d permits, the owner holds %d", ErrNotHeld, n, held))
+	}
+	lost, err := s.releaseHolds(ctx, ks)
+	switch {
+	case err != nil:
+		return wrapErrCtx(ctx, "release", s.name, err)
+	case lost > 0:
+		return wrapErrCtx(ctx, "release", s.name, fmt.Errorf("%w: %d of the %d permits were lost before the release", ErrNotHeld, lost, n))
+	}
+	return nil
+}
+
+// Held returns how many permits of s ctx's owner holds: taken, not given back, and not known to be lost.
+func (s *PermitSemaphore) Held(ctx context.Context) (int, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, wrapErrCtx(ctx, "held", s.name, err)
+	}
+	owner, err := s.c.ownerField(ctx)
+	if err != nil {
+		return 0, wrapErrCtx(ctx, "held", s.name, err)
+	}
+	return s.c.holds.groupSize(holdKey{key: s.timeouts, field: owner}), nil
 }
 
 // Context returns a context, derived from ctx, that ends when the permit does: with a cause matching
@@ -167,14 +256,13 @@ func (p *Permit) Release(ctx context.Context) error {
 		return wrapErrCtx(ctx, "release", s.name, err)
 	}
 	k := holdKey{key: s.timeouts, field: p.id}
-	released, err := s.release(ctx, p.id)
+	s.c.holds.takeOne(k)
+	lost, err := s.releaseHolds(ctx, []holdKey{k})
 	switch {
 	case err != nil:
 		return wrapErrCtx(ctx, "release", s.name, err)
-	case released == 0:
-		s.c.holds.notHeld(k)
+	case lost > 0:
 		return wrapErrCtx(ctx, "release", s.name, ErrNotHeld)
 	}
-	s.c.holds.released(k, 0)
 	return nil
 }

@@ -220,3 +220,140 @@ func TestPermitSemaphoreAddPermitsWakesWaiters(t *testing.T) {
 	}
 	receive(t, got, 3*time.Second, "AddPermits did not wake the waiter")
 }
+
+// The owner rule: the permits an owner took are the ones it can release by count, the longest held first;
+// releasing more than it holds, or permits another owner holds, is ErrNotHeld and gives nothing back.
+func TestPermitOwnerRule(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, &relock.Options{WatchdogTimeout: 3 * time.Second})
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	s := c.PermitSemaphore("owned")
+	if _, err := s.TrySetPermits(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	a, b := relock.WithOwner(ctx, "a"), relock.WithOwner(ctx, "b")
+	var first *relock.Permit
+	for i := range 3 {
+		p, err := s.Acquire(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = p
+		}
+	}
+	state := func() (int64, int64) {
+		n, _ := do(t, rdb, "GET", "owned").AsInt64()
+		taken, _ := do(t, rdb, "ZCARD", "{owned}:timeout").AsInt64()
+		return n, taken
+	}
+	if n, taken := state(); n != 2 || taken != 3 {
+		t.Fatalf("after 3 acquisitions: %d available, %d taken", n, taken)
+	}
+	if n, err := s.Held(a); n != 3 || err != nil {
+		t.Fatalf("Held(a) = %d, %v; want 3", n, err)
+	}
+	for _, tc := range []struct {
+		ctx  context.Context
+		n    int
+		want error
+	}{{b, 1, relock.ErrNotHeld}, {a, 4, relock.ErrNotHeld}, {a, 0, relock.ErrInvalidPermits}, {a, -1, relock.ErrInvalidPermits}, {ctx, 1, relock.ErrNotHeld}} {
+		if err := s.Release(tc.ctx, tc.n); !errors.Is(err, tc.want) {
+			t.Errorf("Release(%d) = %v, want %v", tc.n, err, tc.want)
+		}
+		if n, taken := state(); n != 2 || taken != 3 {
+			t.Fatalf("a refused Release(%d) changed Redis: %d available, %d taken", tc.n, n, taken)
+		}
+	}
+	// The longest held first: the first permit goes with a Release of 1.
+	held, _ := first.Context(ctx)
+	if err := s.Release(a, 1); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(held), context.Canceled) {
+		t.Fatalf("the first permit's context: %v, want released", context.Cause(held))
+	}
+	if err := first.Release(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("Release of a permit its owner gave back = %v, want ErrNotHeld", err)
+	}
+	// Two of the owner's goroutines release one each, at once: both succeed.
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- s.Release(a, 1) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, taken := state(); n != 5 || taken != 0 {
+		t.Fatalf("after every release: %d available, %d taken", n, taken)
+	}
+	if n, _ := s.Held(a); n != 0 {
+		t.Fatalf("Held(a) = %d after every release", n)
+	}
+
+	// Without WithOwner the owner is the goroutine, as for the locks.
+	if _, err := s.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { errs <- s.Release(ctx, 1) }()
+	if err := <-errs; !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("Release by another goroutine = %v, want ErrNotHeld", err)
+	}
+	if err := s.Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A permit the owner lost does not count as held: Release of it is ErrNotHeld, and gives nothing back
+// twice.
+func TestPermitOwnerReleaseAfterLoss(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, &relock.Options{WatchdogTimeout: 3 * time.Second})
+	rdb := rawClient(t, srv)
+	ctx := relock.WithOwner(ctxTimeout(t, 20*time.Second), "o")
+	s := c.PermitSemaphore("lost-owned")
+	if _, err := s.TrySetPermits(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held, _ := p.Context(ctx)
+	// The first permit expires in Redis (as if its renewals had failed) and another owner's acquisition
+	// gives it back and takes it.
+	id, _ := hex.DecodeString(p.ID())
+	do(t, rdb, "ZADD", "{lost-owned}:timeout", "1", string(id))
+	q, err := c.PermitSemaphore("lost-owned").TryAcquire(relock.WithOwner(ctx, "other"), 0, 0)
+	if err != nil || q == nil {
+		t.Fatalf("the expired permit was not taken: %v, %v", q, err)
+	}
+	select {
+	case <-held.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lost permit's context did not end")
+	}
+	if !errors.Is(context.Cause(held), relock.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", context.Cause(held))
+	}
+	if n, _ := s.Held(ctx); n != 1 {
+		t.Fatalf("Held = %d after a loss, want 1", n)
+	}
+	if err := s.Release(ctx, 2); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("Release(2) with one permit left = %v, want ErrNotHeld", err)
+	}
+	if err := s.Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := do(t, rdb, "GET", "lost-owned").AsInt64(); n != 1 {
+		t.Fatalf("available = %d, want 1 (the other owner holds the other permit)", n)
+	}
+}
