@@ -140,15 +140,14 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 	return permit, nil
 }
 
-// giveBack releases, in the background, a permit an acquisition may have taken although its reply was lost.
-func (s *PermitSemaphore) giveBack(id string) {
+// giveBack releases, in the background, permits an acquisition may have taken although its reply was lost,
+// or whose release's outcome was not learnt. Releasing is safe to repeat: a permit is given back once. If
+// Redis cannot be reached before the watchdog timeout, the permits come back at their expiry.
+func (s *PermitSemaphore) giveBack(ids ...string) {
 	s.c.goBackground(func(life context.Context) {
 		s.c.retryUnknown(life, time.Now().Add(s.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
-			given, err := s.release(ctx, id)
-			if err != nil {
-				return 0, err
-			}
-			return given[0], nil
+			_, err := s.release(ctx, ids...)
+			return 0, err
 		})
 	})
 }
@@ -180,32 +179,54 @@ func (s *PermitSemaphore) settle(ks []holdKey, given []int64) (lost int) {
 	return lost
 }
 
-// releaseHolds releases the permits ks, taken out of their group: on an error whose outcome is known
-// (nothing ran) they go back to it; on an unknown outcome they stay with the watchdog, which finds them
-// gone, or keeps them until they are released through their Permits.
-func (s *PermitSemaphore) releaseHolds(ctx context.Context, ks []holdKey) (lost int, err error) {
+// releaseHolds releases the permits ks, taken out of their group, in a span called op. When ctx has ended
+// before, or the outcome is unknown, the release completes in the background (as an Unlock's does) and the
+// permits end for the Client now: the watchdog stops renewing them. When it failed for sure (nothing ran)
+// they go back to their group.
+func (s *PermitSemaphore) releaseHolds(ctx context.Context, op string, ks []holdKey) (lost int, err error) {
 	ids := make([]string, len(ks))
 	for i, k := range ks {
 		ids[i] = k.field
 	}
-	given, err := s.release(ctx, ids...)
-	if err != nil {
-		if !outcomeUnknown(err) {
-			s.c.holds.regroup(ks)
-		}
-		return 0, err
+	ctx, span := s.c.tel.startSpan(ctx, "relock.permitsemaphore."+op, s.kind, s.name)
+	var given []int64
+	if err = ctx.Err(); err == nil {
+		given, err = s.release(ctx, ids...)
 	}
-	return s.settle(ks, given), nil
+	switch {
+	case err == nil:
+		lost = s.settle(ks, given)
+		if lost > 0 {
+			endSpan(span, outcomeNotHeld, nil)
+		} else {
+			endSpan(span, outcomeReleased, nil)
+		}
+		return lost, nil
+	case ctx.Err() != nil || outcomeUnknown(err):
+		s.giveBack(ids...)
+		for _, k := range ks {
+			s.c.holds.released(k, 0)
+		}
+	default:
+		s.c.holds.regroup(ks)
+	}
+	endSpan(span, outcomeError, err)
+	return 0, err
 }
 
 // Release gives back n permits that ctx's owner (see WithOwner) took from s, the longest held first, in
 // one script run, and wakes waiters. n must be at least 1 (ErrInvalidPermits). When the owner holds fewer
 // than n permits it returns an error matching ErrNotHeld and gives nothing back: permits the owner gave
 // back already or lost (see Permit.Context) do not count. A permit lost in the instant before the release
-// ran is not given back twice: the others are, and the error matches ErrNotHeld.
+// ran is not given back twice: the others are, and the error matches ErrNotHeld. As with Unlock, a ctx
+// that has ended, or a release whose reply was lost, returns an error and leaves the release to complete
+// in the background: the permits are not the owner's any more.
 func (s *PermitSemaphore) Release(ctx context.Context, n int) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.c.check(); err != nil {
 		return wrapErrCtx(ctx, "release", s.name, err)
+	}
+	if !validName(s.name) {
+		return wrapErrCtx(ctx, "release", s.name, ErrInvalidName)
 	}
 	if n < 1 {
 		return wrapErrCtx(ctx, "release", s.name, ErrInvalidPermits)
@@ -218,7 +239,7 @@ func (s *PermitSemaphore) Release(ctx context.Context, n int) error {
 	if ks == nil {
 		return wrapErrCtx(ctx, "release", s.name, fmt.Errorf("%w: releasing %d permits, the owner holds %d", ErrNotHeld, n, held))
 	}
-	lost, err := s.releaseHolds(ctx, ks)
+	lost, err := s.releaseHolds(ctx, "release", ks)
 	switch {
 	case err != nil:
 		return wrapErrCtx(ctx, "release", s.name, err)
@@ -249,15 +270,17 @@ func (p *Permit) Context(ctx context.Context) (context.Context, error) {
 }
 
 // Release gives the permit back and wakes waiters. It returns ErrNotHeld when the permit was not taken
-// any more (released already, or lost: it expired and was given back).
+// any more (released already, or lost: it expired and was given back). As with Unlock, a ctx that has
+// ended, or a release whose reply was lost, returns an error and leaves the release to complete in the
+// background.
 func (p *Permit) Release(ctx context.Context) error {
 	s := p.s
-	if err := s.check(ctx); err != nil {
+	if err := s.c.check(); err != nil {
 		return wrapErrCtx(ctx, "release", s.name, err)
 	}
 	k := holdKey{key: s.timeouts, field: p.id}
 	s.c.holds.takeOne(k)
-	lost, err := s.releaseHolds(ctx, []holdKey{k})
+	lost, err := s.releaseHolds(ctx, "permit.release", []holdKey{k})
 	switch {
 	case err != nil:
 		return wrapErrCtx(ctx, "release", s.name, err)

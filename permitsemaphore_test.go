@@ -357,3 +357,50 @@ func TestPermitOwnerReleaseAfterLoss(t *testing.T) {
 		t.Fatalf("available = %d, want 1 (the other owner holds the other permit)", n)
 	}
 }
+
+// A release with an ended context, by Permit or by owner, returns the context's error and completes in the
+// background, as an Unlock does: the permits come back, and are not the owner's any more. Each release
+// is traced.
+func TestPermitReleaseWithEndedContext(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	obs := newObserved(t, 3*time.Second)
+	c := newClient(t, srv, obs.opts)
+	ctx := relock.WithOwner(ctxTimeout(t, 20*time.Second), "o")
+	s := c.PermitSemaphore("ended-release")
+	if _, err := s.TrySetPermits(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held, _ := p.Context(ctx)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := p.Release(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Permit.Release with an ended context = %v, want context.Canceled", err)
+	}
+	if err := s.Release(ended, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Release with an ended context = %v, want context.Canceled", err)
+	}
+	if !errors.Is(context.Cause(held), context.Canceled) {
+		t.Fatalf("the permit's context: %v, want it released", context.Cause(held))
+	}
+	if n, _ := s.Held(ctx); n != 0 {
+		t.Fatalf("Held = %d after both releases, want 0", n)
+	}
+	eventually(t, 3*time.Second, "both permits back", func() bool {
+		n, _ := s.AvailablePermits(ctx)
+		return n == 2
+	})
+	if err := s.Release(ctx, 1); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("Release after both were given back = %v, want ErrNotHeld", err)
+	}
+	if got := len(obs.ended("relock.permitsemaphore.release")) + len(obs.ended("relock.permitsemaphore.permit.release")); got != 2 {
+		t.Fatalf("%d release spans, want 2", got)
+	}
+}
