@@ -20,6 +20,9 @@ import (
 // the permits then available. Redisson clients see relock's permits, give back the expired ones, and take
 // and release their own from the same count. What is relock's alone is the renewal: Redisson's permits live
 // for a fixed lease.
+//
+// Who took a permit is not in Redis, which holds only its id and expiry: the Client that took it knows its
+// owner (Held, Release), and Client.InspectSemaphore shows ids.
 type PermitSemaphore struct {
 	syncObject
 	timeouts   string   // the permits taken, "{name}:timeout"

@@ -58,7 +58,11 @@ func listJSON(t *testing.T, addr string, args ...string) []string {
 
 func semaphoresOn(t *testing.T, addrs []string, prefix string) {
 	addr := strings.Join(addrs, ",")
-	c := newLockClient(t, addrs) // watchdog timeout 1 s
+	c, err := relock.New(addrs, &relock.Options{WatchdogTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	ctx := testCtx(t)
 	raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
 	if err != nil {
@@ -137,8 +141,8 @@ func semaphoresOn(t *testing.T, addrs []string, prefix string) {
 		if p := j.Permits[0]; p.ID != hex.EncodeToString([]byte(dead)) || p.ExpiresMillis > 0 {
 			t.Fatalf("the expired permit first: %+v", p)
 		}
-		if p := j.Permits[1]; p.ID != watched.ID() || p.ExpiresMillis <= 0 || p.ExpiresMillis > 1000 {
-			t.Fatalf("the watched permit %s, alive for at most the 1 s watchdog timeout: %+v", watched.ID(), p)
+		if p := j.Permits[1]; p.ID != watched.ID() || p.ExpiresMillis <= 0 || p.ExpiresMillis > 5000 {
+			t.Fatalf("the watched permit %s, alive for at most the 5 s watchdog timeout: %+v", watched.ID(), p)
 		}
 		if p := j.Permits[2]; p.ID != leased.ID() || p.ExpiresMillis <= 50_000 || p.ExpiresMillis > 60_000 {
 			t.Fatalf("the leased permit %s: %+v", leased.ID(), p)
