@@ -138,6 +138,16 @@ func TestMinimalACL(t *testing.T) {
 	if _, err := a.Inspect(ctx, "app:acl:rlock"); err != nil {
 		t.Fatalf("Inspect: %v", err)
 	}
+	permits := a.PermitSemaphore("app:acl:permits")
+	if _, err := permits.TrySetPermits(ctx, 1); err != nil {
+		t.Fatalf("PermitSemaphore.TrySetPermits: %v", err)
+	}
+	if p, err := permits.TryAcquire(ctx, 0, time.Minute); err != nil || p == nil {
+		t.Fatalf("PermitSemaphore.TryAcquire: %v, %v", p, err)
+	}
+	if st, err := a.InspectSemaphore(ctx, "app:acl:permits"); err != nil || !st.Expirable || len(st.Permits) != 1 {
+		t.Fatalf("InspectSemaphore: %+v, %v", st, err)
+	}
 
 	// The ACL confines the user to its prefix: a lock outside it is refused, and nothing is written.
 	err := a.Lock("other:acl").Lock(one)

@@ -114,7 +114,8 @@ var scriptInspect = loadScript("inspect")
 // token, in one atomic script that changes nothing. It works on every lock relock makes (RLock, FairLock,
 // ReadWriteLock; a MultiLock's or RedLock's parts are RLocks, each on its own name and, for a RedLock,
 // its own server), and on Redisson's locks of those kinds. A name with no key gives a LockState of
-// KindNone, not an error; a key of another type, or a hash that is not a lock, gives ErrNotALock.
+// KindNone, not an error; a key of another type, or a hash that is not a lock, gives ErrNotALock. A
+// Semaphore's or CountDownLatch's key is a string, and so not a lock: read those with InspectSemaphore.
 func (c *Client) Inspect(ctx context.Context, name string) (LockState, error) {
 	st := LockState{Name: name}
 	switch {

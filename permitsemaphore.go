@@ -20,6 +20,9 @@ import (
 // the permits then available. Redisson clients see relock's permits, give back the expired ones, and take
 // and release their own from the same count. What is relock's alone is the renewal: Redisson's permits live
 // for a fixed lease.
+//
+// Who took a permit is not in Redis, which holds only its id and expiry: the Client that took it knows its
+// owner (Held, Release), and Client.InspectSemaphore shows ids.
 type PermitSemaphore struct {
 	syncObject
 	timeouts   string   // the permits taken, "{name}:timeout"
@@ -29,13 +32,20 @@ type PermitSemaphore struct {
 // PermitSemaphore returns the expirable semaphore called name. Set its permits with TrySetPermits or
 // AddPermits.
 func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
-	timeouts := "{" + name + "}:timeout" // Redisson's suffixName
-	if strings.Contains(name, "{") {
-		timeouts = name + ":timeout"
-	}
+	timeouts := permitsKey(name)
 	s := &PermitSemaphore{syncObject: newSyncObject(c, kindSemaphore, name, companion("redisson_sc", name)), timeouts: timeouts}
 	s.permitKeys = []string{name, timeouts, s.channel}
 	return s
+}
+
+// permitsKey returns the key of the permits taken from the PermitSemaphore called name: "{name}:timeout",
+// or name + ":timeout" when name holds a "{" (Redisson's suffixName). It is in name's cluster slot for
+// every valid name.
+func permitsKey(name string) string {
+	if strings.Contains(name, "{") {
+		return name + ":timeout"
+	}
+	return "{" + name + "}:timeout"
 }
 
 // Permit is one permit taken from a PermitSemaphore. It belongs to the owner that took it (see WithOwner):

@@ -263,15 +263,24 @@ func runInspect(ctx context.Context, e env) error {
 	if err != nil {
 		return err
 	}
-	o, err := c.openLock(ctx, name)
+	ctx, lc, rdb, done, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
-	defer o.done()
-	st := o.state
+	defer done()
+	st, lockErr := lc.Inspect(ctx, name)
+	if sem, ok, err := inspectSemaphore(ctx, &c, lc, name, st, lockErr); err != nil {
+		return err
+	} else if ok {
+		if c.json {
+			return printJSON(e.stdout, toSemaphoreJSON(sem))
+		}
+		printSemaphore(e.stdout, sem)
+		return nil
+	}
 	var conns map[string][]string
 	if len(st.Holders) > 0 {
-		conns, _ = clientConns(o.ctx, o.rdb)
+		conns, _ = clientConns(ctx, rdb)
 	}
 	if c.json {
 		j := toJSON(st)

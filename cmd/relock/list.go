@@ -15,12 +15,17 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
+// runList lists the held locks whose names match PATTERN, then the PermitSemaphores whose names match it
+// and that have permits taken, and with --counters the integer strings matching it (see findSemaphores).
 func runList(ctx context.Context, e env) error {
 	var c common
 	fs := newFlags("list", "list [flags] [PATTERN]", e)
 	c.register(fs, 30*time.Second)
-	limit := fs.Int("limit", 1000, "show at most this many locks (0: no limit)")
+	limit := fs.Int("limit", 1000, "show at most this many locks, and this many semaphores (0: no limit)")
 	count := fs.Int64("scan-count", 1000, "the COUNT hint of each SCAN call")
+	counters := fs.Bool("counters", false, "also list the strings matching PATTERN that hold an integer, as semaphores or latches. "+
+		"Off by default: a Semaphore, a CountDownLatch and an application's counter look the same in Redis, so this "+
+		"lists every counter (permit semaphores with permits taken are listed without it)")
 	args, err := parse(fs, e.args)
 	if err != nil {
 		return err
@@ -42,7 +47,7 @@ func runList(ctx context.Context, e env) error {
 	}
 	defer done()
 
-	names, err := scanHashes(ctx, rdb, pattern, *count)
+	names, err := scanKeys(ctx, rdb, pattern, "hash", *count)
 	if err != nil {
 		return redisError(c.redis, err)
 	}
@@ -66,38 +71,60 @@ func runList(ctx context.Context, e env) error {
 	if err := g.Wait(); err != nil {
 		return lockError(&c, "", err)
 	}
+	sems, err := findSemaphores(ctx, lc, rdb, pattern, *count, *counters)
+	if err != nil {
+		return lockError(&c, "", err)
+	}
 	var found []relock.LockState
 	for _, st := range states {
 		if st != nil {
 			found = append(found, *st)
 		}
 	}
-	more := 0
+	more, moreSems := 0, 0
 	if *limit > 0 && len(found) > *limit {
 		more, found = len(found)-*limit, found[:*limit]
 	}
+	if *limit > 0 && len(sems) > *limit {
+		moreSems, sems = len(sems)-*limit, sems[:*limit]
+	}
 	if c.json {
-		out := []lockJSON{}
+		out := []any{}
 		for _, st := range found {
 			out = append(out, toJSON(st))
 		}
+		for _, st := range sems {
+			out = append(out, toSemaphoreJSON(st))
+		}
 		return printJSON(e.stdout, out)
 	}
-	printList(e.stdout, found)
+	if len(found) > 0 || len(sems) == 0 {
+		printList(e.stdout, found)
+	}
 	if more > 0 {
 		fmt.Fprintf(e.stdout, "... and %d more (raise --limit, or narrow the pattern)\n", more)
+	}
+	if len(sems) > 0 {
+		if len(found) > 0 {
+			fmt.Fprintln(e.stdout)
+		}
+		printSemaphoreList(e.stdout, sems)
+	}
+	if moreSems > 0 {
+		fmt.Fprintf(e.stdout, "... and %d more semaphores (raise --limit, or narrow the pattern)\n", moreSems)
 	}
 	return nil
 }
 
-// scanHashes returns the names of the hashes matching pattern, sorted, asking every node of a cluster
-// (a key seen on a master and its replica is listed once). It uses SCAN with a TYPE filter, never KEYS.
-func scanHashes(ctx context.Context, rdb rueidis.Client, pattern string, count int64) ([]string, error) {
+// scanKeys returns the names of the keys of type typ matching pattern, sorted, asking every node of a
+// cluster (a key seen on a master and its replica is listed once). It uses SCAN with a TYPE filter, never
+// KEYS.
+func scanKeys(ctx context.Context, rdb rueidis.Client, pattern, typ string, count int64) ([]string, error) {
 	seen := map[string]bool{}
 	for _, node := range rdb.Nodes() {
 		var cursor uint64
 		for {
-			entry, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(count).Type("hash").Build()).AsScanEntry()
+			entry, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(count).Type(typ).Build()).AsScanEntry()
 			if err != nil {
 				return nil, err
 			}
@@ -156,4 +183,120 @@ func holdersText(hs []relock.Holder) string {
 		s += fmt.Sprintf(" ×%d", h.Count)
 	}
 	return s
+}
+
+// findSemaphores returns, sorted by name, the PermitSemaphores whose names match pattern and that have
+// permits taken, and with counters, the other integer strings matching pattern (semaphores, latches, or
+// an application's counters: they look the same).
+//
+// pattern applies to a semaphore's name, not to the key of its permits: those of a name without "{" are
+// at "{name}:timeout", found with SCAN MATCH "{" + pattern + "}:timeout" (pattern then matches exactly
+// the part between the braces, which is the name), and those of a name with "{" at name + ":timeout",
+// found with SCAN MATCH pattern + ":timeout". "{x}:timeout" is both the permits key of "x" and of "{x}":
+// the one whose count key exists is listed, "x" when both or neither do.
+func findSemaphores(ctx context.Context, lc *relock.Client, rdb rueidis.Client, pattern string, count int64, counters bool) ([]relock.SemaphoreState, error) {
+	var names []string
+	keys, err := scanKeys(ctx, rdb, "{"+pattern+"}:timeout", "zset", count)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		name, ok := strings.CutPrefix(k, "{")
+		if name, ok2 := strings.CutSuffix(name, "}:timeout"); ok && ok2 && !strings.ContainsAny(name, "{}") {
+			names = append(names, name)
+		}
+	}
+	if keys, err = scanKeys(ctx, rdb, pattern+":timeout", "zset", count); err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if name := strings.TrimSuffix(k, ":timeout"); strings.Contains(name, "{") {
+			names = append(names, name)
+		}
+	}
+	if counters {
+		if keys, err = scanKeys(ctx, rdb, pattern, "string", count); err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			if !strings.HasPrefix(k, "redisson_lock_token:") && !strings.Contains(k, ":rwlock_timeout:") {
+				names = append(names, k) // not a lock's fencing counter nor a read-write lock's read hold
+			}
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+
+	states := make([]*relock.SemaphoreState, len(names))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(32)
+	for i, name := range names {
+		g.Go(func() error {
+			st, err := lc.InspectSemaphore(gctx, name)
+			switch {
+			case errors.Is(err, relock.ErrNotASemaphore) || errors.Is(err, relock.ErrInvalidName):
+				return nil // a key of the application's
+			case err != nil:
+				return err
+			case st.Expirable || st.Exists && counters:
+				states[i] = &st
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	// One entry per permits key (see above).
+	byKey := map[string]int{}
+	var found []relock.SemaphoreState
+	for _, st := range states {
+		if st == nil {
+			continue
+		}
+		if !st.Expirable {
+			found = append(found, *st)
+			continue
+		}
+		k := permitsKeyOf(st.Name)
+		if i, seen := byKey[k]; seen {
+			if other := found[i]; !other.Exists && st.Exists || other.Exists == st.Exists && !strings.Contains(st.Name, "{") {
+				found[i] = *st
+			}
+			continue
+		}
+		byKey[k] = len(found)
+		found = append(found, *st)
+	}
+	slices.SortFunc(found, func(a, b relock.SemaphoreState) int { return strings.Compare(a.Name, b.Name) })
+	return found, nil
+}
+
+// permitsKeyOf returns the key of the permits taken from the PermitSemaphore called name (Redisson's
+// suffixName, as relock.PermitSemaphore does).
+func permitsKeyOf(name string) string {
+	if strings.Contains(name, "{") {
+		return name + ":timeout"
+	}
+	return "{" + name + "}:timeout"
+}
+
+// printSemaphoreList prints one line per semaphore or latch.
+func printSemaphoreList(w io.Writer, states []relock.SemaphoreState) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tKIND\tAVAILABLE\tTAKEN\tEXPIRED")
+	counters := false
+	for _, st := range states {
+		taken, expired := "-", "-"
+		if st.Expirable {
+			taken, expired = fmt.Sprint(st.PermitsTaken), fmt.Sprint(st.PermitsExpired)
+		} else {
+			counters = true
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", st.Name, semaphoreTitle(st, false), st.Value, taken, expired)
+	}
+	tw.Flush()
+	if counters {
+		fmt.Fprintln(w, "(a latch's AVAILABLE is its count)")
+	}
 }

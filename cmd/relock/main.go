@@ -2,8 +2,10 @@
 // running system.
 //
 //	relock demo [flags]              workers racing on a shared counter, with and without a lock
-//	relock inspect NAME              who holds a lock, for how long, who waits, the fencing token
-//	relock list [PATTERN]            the locks present (found with SCAN), with holders and TTL
+//	relock inspect NAME              who holds a lock, for how long, who waits, the fencing token;
+//	                                 or a semaphore's or latch's count and permits taken
+//	relock list [PATTERN]            the locks present (found with SCAN), with holders and TTL, and the
+//	                                 permit semaphores with permits taken
 //	relock watch NAME                a lock's state changes, live
 //	relock unlock --force NAME       release a stuck lock and wake its waiters
 //
@@ -45,8 +47,8 @@ var commands []command
 func init() {
 	commands = []command{
 		{"demo", "workers racing on a shared counter, with and without a lock", runDemo},
-		{"inspect", "show a lock's state: kind, holders, TTL, queue, fencing token", runInspect},
-		{"list", "list the locks whose names match a pattern (SCAN, never KEYS)", runList},
+		{"inspect", "show a lock's state: kind, holders, TTL, queue, fencing token (or a semaphore's)", runInspect},
+		{"list", "list the locks and semaphores whose names match a pattern (SCAN, never KEYS)", runList},
 		{"watch", "print a lock's state changes as they happen", runWatch},
 		{"unlock", "release a stuck lock (--force) and wake its waiters", runUnlock},
 	}
