@@ -317,17 +317,7 @@ func TestPermitOwnerReleaseAfterLoss(t *testing.T) {
 	rdb := rawClient(t, srv)
 	ctx := relock.WithOwner(ctxTimeout(t, 20*time.Second), "o")
 	s := c.PermitSemaphore("lost-owned")
-	if _, err := s.TrySetPermits(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	p, err := s.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Acquire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	held, _ := p.Context(ctx)
+	p, held := bothPermits(t, ctx, s)
 	// The first permit expires in Redis (as if its renewals had failed) and another owner's acquisition
 	// gives it back and takes it.
 	id, _ := hex.DecodeString(p.ID())
@@ -368,17 +358,7 @@ func TestPermitReleaseWithEndedContext(t *testing.T) {
 	c := newClient(t, srv, obs.opts)
 	ctx := relock.WithOwner(ctxTimeout(t, 20*time.Second), "o")
 	s := c.PermitSemaphore("ended-release")
-	if _, err := s.TrySetPermits(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	p, err := s.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Acquire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	held, _ := p.Context(ctx)
+	p, held := bothPermits(t, ctx, s)
 	ended, cancel := context.WithCancel(ctx)
 	cancel()
 	if err := p.Release(ended); !errors.Is(err, context.Canceled) {
@@ -403,4 +383,24 @@ func TestPermitReleaseWithEndedContext(t *testing.T) {
 	if got := len(obs.ended("relock.permitsemaphore.release")) + len(obs.ended("relock.permitsemaphore.permit.release")); got != 2 {
 		t.Fatalf("%d release spans, want 2", got)
 	}
+}
+
+// bothPermits sets s's permits to 2 and takes both for ctx's owner; it returns the first and its context.
+func bothPermits(t *testing.T, ctx context.Context, s *relock.PermitSemaphore) (*relock.Permit, context.Context) {
+	t.Helper()
+	if _, err := s.TrySetPermits(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held, err := p.Context(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, held
 }
