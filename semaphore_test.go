@@ -3,6 +3,7 @@ package relock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -84,7 +85,7 @@ func TestSemaphore(t *testing.T) {
 	if ok, err := s.TryAcquire(ctx, 1, 200*time.Millisecond); ok || err != nil {
 		t.Fatalf("TryAcquire of a drained semaphore = %v, %v", ok, err)
 	}
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	if err := s.Acquire(short, 1); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire until ctx ends = %v, want context.DeadlineExceeded", err)
@@ -188,4 +189,63 @@ func subscribeRaw(t *testing.T, srv *redistest.Server, channel string) <-chan st
 	}()
 	eventually(t, 3*time.Second, "the raw subscription", func() bool { return numsub(t, rdb, channel) > before })
 	return messages
+}
+
+// An Acquire (or DrainPermits) whose ctx ends while its script is in flight returns ctx's error, and the
+// permits the script took, if it ran, come back: nobody holds them. Without the give-back they would be
+// taken for good, as a semaphore's permits have no owner and no expiry.
+func TestSemaphoreCancelledInFlight(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	c := clientAt(t, proxy.Addr, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	s := c.Semaphore("sem-inflight")
+	if ok, err := s.TrySetPermits(ctx, 3); !ok || err != nil {
+		t.Fatalf("TrySetPermits = %v, %v", ok, err)
+	}
+	available := func() int64 {
+		n, _ := do(t, rdb, "GET", "sem-inflight").AsInt64()
+		return n
+	}
+	// Load the scripts, so that the first sending under latency is the one that takes permits (not an
+	// EVALSHA answered NOSCRIPT).
+	if err := s.Acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DrainPermits(ctx); n != 2 || err != nil {
+		t.Fatalf("DrainPermits = %d, %v", n, err)
+	}
+	if err := s.Release(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetLatency(150 * time.Millisecond) // each way: the script runs 150 ms after it was sent
+	for _, call := range []struct {
+		name string
+		run  func(ctx context.Context) error
+	}{
+		{"Acquire", func(ctx context.Context) error { return s.Acquire(ctx, 2) }},
+		{"TryAcquire", func(ctx context.Context) error { _, err := s.TryAcquire(ctx, 1, time.Second); return err }},
+		{"DrainPermits", func(ctx context.Context) error { _, err := s.DrainPermits(ctx); return err }},
+	} {
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		err := call.run(short)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s with a context ending in flight = %v, want context.DeadlineExceeded", call.name, err)
+		}
+		// The script runs after the cancellation (150 ms after it was sent), and takes permits; they are
+		// given back when its reply arrives (150 ms later), through the proxy (300 ms more).
+		eventually(t, 3*time.Second, call.name+": the script sent before the cancellation takes permits", func() bool {
+			return available() < 3
+		})
+		eventually(t, 3*time.Second, call.name+": the permits taken in flight come back", func() bool {
+			return available() == 3
+		}, func() string { return fmt.Sprintf("available %d", available()) })
+	}
+	proxy.SetLatency(0)
+	if err := s.Acquire(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
 }
