@@ -6,10 +6,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
 )
@@ -60,31 +62,7 @@ func TestPermitsUnderFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The checker: available + taken == limit, taken <= limit, at every sample.
-		stop := make(chan struct{})
-		var samples, bad atomic.Int64
-		checked := make(chan struct{})
-		go func() {
-			defer close(checked)
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(5 * time.Millisecond):
-				}
-				resps := rdb.DoMulti(context.Background(), rdb.B().Get().Key(sem).Build(), rdb.B().Zcard().Key("{"+sem+"}:timeout").Build())
-				available, err1 := resps[0].AsInt64()
-				taken, err2 := resps[1].AsInt64()
-				if err1 != nil || err2 != nil {
-					continue
-				}
-				samples.Add(1)
-				if taken > limit || available+taken != limit {
-					if bad.Add(1) == 1 {
-						s.note("round %d: available %d + taken %d", round, available, taken)
-					}
-				}
-			}
-		}()
+		check := checkPermits(rdb, sem, "{"+sem+"}:timeout", limit)
 
 		killed, killedLines := startHelper(t, "permit-holder", "REDIS_ADDR="+srv.Addr(), "SEM="+sem)
 		expectLine(t, killedLines, "permit", 10*time.Second)
@@ -128,19 +106,140 @@ func TestPermitsUnderFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		close(stop)
-		<-checked
 		_ = stopped.Wait()
 		_ = killed.Wait()
-		if bad.Load() > 0 {
-			s.violations += bad.Load()
-		}
-		if n, _ := c.PermitSemaphore(sem).AvailablePermits(ctx); n != limit {
+		if back, state := permitsBack(c, rdb, sem, limit, 5*time.Second); !back {
 			s.violations++
-			s.note("round %d: %d permits available at the end, want %d", round, n, limit)
+			s.note("round %d: the permits are not back at the end: %s", round, state)
 		}
-		s.note("round %d: %d samples", round, samples.Load())
+		samples, bad, first, _ := check.finish()
+		if bad > 0 {
+			s.violations += bad
+			s.note("round %d: %d bad samples, the first: %s", round, bad, first)
+		}
+		s.note("round %d: %d samples", round, samples)
 	}
 	s.note("a dead or stopped holder's permit back within %v (watchdog timeout 1s)", worstBack.Round(time.Millisecond))
 	s.report(t, true)
+}
+
+// TestPermitsCheckerCatchesViolations: the permit checker reports a semaphore whose counter was raised
+// behind its back (a permit made up), one with a fake permit in its taken set, and one whose counter is
+// gone; and none while permits move between the counter and the set, one script at a time, as fast as a
+// client can move them.
+func TestPermitsCheckerCatchesViolations(t *testing.T) {
+	t.Parallel()
+	srv := server(t)
+	rdb := rawClient(t, srv.Addr())
+	c := newClient(t, []string{srv.Addr()}, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const sem, timeouts, limit = "checked", "{checked}:timeout", 3
+	if ok, err := c.PermitSemaphore(sem).TrySetPermits(ctx, limit); !ok || err != nil {
+		t.Fatalf("TrySetPermits = %v, %v", ok, err)
+	}
+	check := checkPermits(rdb, sem, timeouts, limit)
+	sampled := func(want int64) {
+		t.Helper()
+		before := check.samples.Load()
+		for deadline := time.Now().Add(5 * time.Second); check.samples.Load() < before+5; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the checker takes no samples")
+			}
+		}
+		if bad := check.bad.Load(); (want == 0) != (bad == 0) {
+			t.Fatalf("bad samples = %d, want %s", bad, map[bool]string{true: "none", false: "some"}[want == 0])
+		}
+	}
+	// Permits taken and given back by relock, and moved by a script of the test's own, in a tight loop.
+	move := rueidis.NewLuaScript(`
+if redis.call('zrem', KEYS[2], ARGV[1]) == 1 then
+  redis.call('incr', KEYS[1])
+elseif tonumber(redis.call('get', KEYS[1])) > 0 then
+  redis.call('decr', KEYS[1])
+  redis.call('zadd', KEYS[2], 9999999999999, ARGV[1])
+end`)
+	var wg sync.WaitGroup
+	moving := time.Now().Add(500 * time.Millisecond)
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(moving); i++ {
+				if g == 0 {
+					p, err := c.PermitSemaphore(sem).Acquire(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if err := p.Release(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+					continue
+				}
+				_ = move.Exec(ctx, rdb, []string{sem, timeouts}, []string{"mover" + strconv.Itoa(i%2)}).Error()
+			}
+		}()
+	}
+	wg.Wait()
+	// Put back what the mover holds.
+	for _, id := range []string{"mover0", "mover1"} {
+		if n, _ := do(t, rdb, "ZREM", timeouts, id).AsInt64(); n == 1 {
+			do(t, rdb, "INCR", sem)
+		}
+	}
+	sampled(0)
+	samples, _, _, _ := check.finish()
+
+	for _, c := range []struct {
+		name         string
+		break_, mend []string
+	}{
+		{"a permit made up", []string{"INCRBY", sem, "1"}, []string{"DECRBY", sem, "1"}},
+		{"a fake permit taken", []string{"ZADD", timeouts, "1", "fake"}, []string{"ZREM", timeouts, "fake"}},
+		{"a permit lost", []string{"DECRBY", sem, "1"}, []string{"INCRBY", sem, "1"}},
+		{"the counter gone", []string{"RENAME", sem, sem + ":away"}, []string{"RENAME", sem + ":away", sem}},
+	} {
+		check = checkPermits(rdb, sem, timeouts, limit)
+		sampled(0)
+		do(t, rdb, c.break_...)
+		sampled(1)
+		do(t, rdb, c.mend...)
+		_, bad, first, _ := check.finish()
+		t.Logf("%s: %d bad samples, the first: %s", c.name, bad, first)
+	}
+	// And a plain semaphore's checker: more available than its limit.
+	do(t, rdb, "SET", "plain", "3")
+	check = checkPermits(rdb, "plain", "", limit)
+	sampled(0)
+	do(t, rdb, "INCR", "plain")
+	sampled(1)
+	check.finish()
+	t.Logf("%d samples while permits moved, none bad", samples)
+}
+
+// permitsBack waits until every permit of the expirable semaphore name is back (available == limit, none
+// taken), and returns the state it saw last. A permit whose holder is gone comes back once it expired, when
+// an acquisition or a release finds it so: permitsBack takes and gives back a permit through c now and then.
+func permitsBack(c *relock.Client, rdb rueidis.Client, name string, limit int64, within time.Duration) (bool, string) {
+	keys := []string{name, "{" + name + "}:timeout"}
+	deadline := time.Now().Add(within)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		v, err := permitSample.Exec(ctx, rdb, keys, nil).AsIntSlice()
+		if err == nil && len(v) == 3 && v[0] == 1 && v[1] == limit && v[2] == 0 {
+			cancel()
+			return true, ""
+		}
+		state := fmt.Sprintf("set, available, taken = %v (%v)", v, err)
+		if time.Now().After(deadline) {
+			cancel()
+			return false, state
+		}
+		if p, err := c.PermitSemaphore(name).TryAcquire(ctx, 0, 0); err == nil && p != nil {
+			_ = p.Release(ctx)
+		}
+		cancel()
+		time.Sleep(50 * time.Millisecond)
+	}
 }
