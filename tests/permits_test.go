@@ -2,11 +2,14 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -242,4 +245,162 @@ func permitsBack(c *relock.Client, rdb rueidis.Client, name string, limit int64,
 		cancel()
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// permitStats counts what permit holders saw.
+type permitStats struct {
+	held, lost, acquireErrs, releaseRetries, stuck atomic.Int64
+	oddEnd                                         atomic.Value // a cause of a permit's end that is not a loss
+}
+
+// holdPermit takes a permit of sem under ctx, holds it for d, and gives it back. It records in iv when it
+// believed it held the permit: from Acquire's return until it went to release it, or until the permit's
+// context ended with a loss (ErrLockLost), if that came first. A release whose outcome is unknown is sent
+// again (a permit is released by its id, never twice) until it is answered. beforeRelease, if not nil, runs
+// just before the release is sent. It reports whether it got a permit.
+func holdPermit(ctx context.Context, sem *relock.PermitSemaphore, d time.Duration, iv *intervals, st *permitStats, beforeRelease func()) bool {
+	p, err := sem.Acquire(ctx)
+	if err != nil {
+		st.acquireErrs.Add(1)
+		return false
+	}
+	start := time.Now()
+	end := start
+	if held, err := p.Context(context.Background()); err != nil {
+		st.lost.Add(1) // lost before it could be watched: it counts for no time
+	} else {
+		timer := time.NewTimer(d)
+		select {
+		case <-held.Done():
+			end = time.Now()
+			st.lost.Add(1)
+			if cause := context.Cause(held); !errors.Is(cause, relock.ErrLockLost) {
+				st.oddEnd.Store(cause.Error())
+			}
+		case <-timer.C:
+			end = time.Now()
+		}
+		timer.Stop()
+	}
+	iv.add(start, end)
+	st.held.Add(1)
+	if beforeRelease != nil {
+		beforeRelease()
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := p.Release(rctx)
+		cancel()
+		if err == nil || errors.Is(err, relock.ErrNotHeld) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			st.stuck.Add(1)
+			return true
+		}
+		st.releaseRetries.Add(1)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// permitsOutcome adds to s what a scenario's checkers saw: bad samples, more holders at once than the
+// limit, permits not back at the end; and notes what the holders saw.
+func permitsOutcome(s *summary, check *permitChecker, iv *intervals, st *permitStats, limit int, back bool, state string) {
+	samples, bad, first, errs := check.finish()
+	over, most := iv.beyond(limit)
+	s.violations += bad + over
+	if !back {
+		s.violations++
+		s.note("the permits are not back at the end: %s", state)
+	}
+	s.note("%d atomic samples (%d failed reads), %d bad", samples, errs, bad)
+	if bad > 0 {
+		s.note("the first bad sample: %s", first)
+	}
+	s.note("at most %d of %d holders at once, %d times more", most, limit, over)
+	s.note("%d permits lost (their holders told), %d acquisitions failed, %d releases sent again", st.lost.Load(), st.acquireErrs.Load(), st.releaseRetries.Load())
+	if n := st.stuck.Load(); n > 0 {
+		s.violations += n
+		s.note("%d releases never answered", n)
+	}
+	if odd := st.oddEnd.Load(); odd != nil {
+		s.violations++
+		s.note("a permit ended while held without a loss: %v", odd)
+	}
+}
+
+// TestPermitsUnderLatencySpikes: 12 goroutines on 3 Clients take and give back permits of an expirable
+// semaphore of 3, through a proxy whose latency jumps from 0 to 200-400 ms each way and back, again and
+// again (a 3 s watchdog timeout renews every second). At no instant do more than 3 holders believe they
+// hold a permit (a holder told of a loss stops counting then), every atomic sample has available + taken
+// == 3, and every permit is back at the end.
+func TestPermitsUnderLatencySpikes(t *testing.T) {
+	t.Parallel()
+	srv := server(t)
+	proxy := startProxy(t, srv)
+	rdb := rawClient(t, srv.Addr())
+	opts := &relock.Options{WatchdogTimeout: 3 * time.Second}
+	direct := newClient(t, []string{srv.Addr()}, opts)
+	var clients []*relock.Client
+	for range 3 {
+		clients = append(clients, newClient(t, []string{proxy.Addr}, opts))
+	}
+	const name, limit = "spiky-permits", 3
+	ctx := ctxTimeout(t, 60*time.Second)
+	if ok, err := direct.PermitSemaphore(name).TrySetPermits(ctx, limit); !ok || err != nil {
+		t.Fatalf("TrySetPermits = %v, %v", ok, err)
+	}
+	s := &summary{scenario: "permits-latency-spikes"}
+	check := checkPermits(rdb, name, "{"+name+"}:timeout", limit)
+	stop := make(chan struct{})
+	var faults atomic.Int64
+	var spiking sync.WaitGroup
+	spiking.Add(1)
+	go func() {
+		defer spiking.Done()
+		defer proxy.SetLatency(0)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(100+rand.IntN(200)) * time.Millisecond):
+			}
+			proxy.SetLatency(time.Duration(200+rand.IntN(200)) * time.Millisecond)
+			faults.Add(1)
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(100+rand.IntN(300)) * time.Millisecond):
+			}
+			proxy.SetLatency(0)
+		}
+	}()
+	var iv intervals
+	var st permitStats
+	end := time.Now().Add(workload(4 * time.Second))
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem := c.PermitSemaphore(name)
+				for time.Now().Before(end) {
+					actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					holdPermit(actx, sem, time.Duration(5+rand.IntN(25))*time.Millisecond, &iv, &st, nil)
+					cancel()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(stop)
+	spiking.Wait()
+	back, state := permitsBack(direct, rdb, name, limit, 5*time.Second)
+	s.ops, s.faults = st.held.Load(), faults.Load()
+	permitsOutcome(s, check, &iv, &st, limit, back, state)
+	if st.held.Load() == 0 {
+		t.Error("no permit was taken")
+	}
+	s.report(t, true)
 }
