@@ -2,6 +2,7 @@ package relock
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -13,11 +14,15 @@ import (
 //
 // Like Redisson's, its permits have no owner: any caller may release permits, and permits taken by a
 // process that dies are not given back, nor those of an Acquire whose reply was lost to a broken connection
-// (nothing in Redis tells whether it ran). An Acquire or DrainPermits whose context ends while its script is
-// in flight returns at once, but its reply is still awaited, for up to the Client's WatchdogTimeout: the
-// permits it took, if it ran, are then given back. Waiters are woken by the announcements, never by polling: a release of n permits wakes up to
-// n waiters of each Client (each Redisson JVM wakes as many), which try again; the order in which waiters
-// get permits is not fair. Every operation is one script run.
+// (nothing in Redis tells whether it ran). Such an Acquire fails, saying so, even while it waits: a waiter
+// rides out an outage (connections refused, a server loading), but not an attempt of its whose reply was
+// lost, as trying again would strand those permits unseen. An Acquire or DrainPermits whose context ends
+// while its script is in flight returns at once, but its reply is still awaited, for up to the Client's
+// WatchdogTimeout: the permits it took, if it ran, are then given back.
+//
+// Waiters are woken by the announcements, never by polling: a release of n permits wakes up to n waiters of
+// each Client (each Redisson JVM wakes as many), which try again; the order in which waiters get permits is
+// not fair. Every operation is one script run.
 //
 // A Semaphore is a cheap value; make one per use or keep it, as you like. Its methods are safe for
 // concurrent use.
@@ -94,7 +99,19 @@ func (s *Semaphore) tryAcquire(ctx context.Context, op string, permits int, wait
 // this, they would stay taken by nobody for good (a semaphore has no owners and no expiry). A reply lost to
 // a broken connection still leaves them taken: nothing in Redis tells whether the script ran, and releasing
 // permits it did not take would make up permits.
+//
+// A failure after the script was sent whose outcome is unknown is reported as errReplyLost, which the wait
+// loop does not ride out.
 func (s *Semaphore) take(ctx context.Context, call scriptCall, unit int64) (int64, error) {
+	n, err := s.send(ctx, call, unit)
+	if err != nil && ctx.Err() == nil && outcomeUnknown(err) && !unsent(err) {
+		err = fmt.Errorf("%w: %w", errReplyLost, err)
+	}
+	return n, err
+}
+
+// send is take but for the failures it reports as errReplyLost.
+func (s *Semaphore) send(ctx context.Context, call scriptCall, unit int64) (int64, error) {
 	if ctx.Done() == nil {
 		return s.c.scripts.runInt(ctx, call)
 	}

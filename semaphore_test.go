@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -247,5 +249,62 @@ func TestSemaphoreCancelledInFlight(t *testing.T) {
 	proxy.SetLatency(0)
 	if err := s.Acquire(ctx, 3); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A waiting Acquire whose attempt ran but whose reply was lost to a broken connection is not tried again:
+// the permit the attempt took is held by nobody, and another attempt would take one more, unseen. The
+// caller is told instead, with an error saying permits may have been taken.
+func TestSemaphoreWaiterReplyLost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	waiter := clientAt(t, proxy.Addr, nil)
+	holder := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	const name = "sem-reply-lost"
+	if ok, err := holder.Semaphore(name).TrySetPermits(ctx, 1); !ok || err != nil {
+		t.Fatalf("TrySetPermits = %v, %v", ok, err)
+	}
+	// Load the script on the waiter's connection, so that its attempt under latency is the one that runs.
+	if err := waiter.Semaphore(name).Acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := waiter.Semaphore(name).Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Semaphore(name).Acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- waiter.Semaphore(name).Acquire(ctx, 1) }()
+	eventually(t, 5*time.Second, "the waiter subscribes", func() bool { return numsub(t, rdb, "redisson_sc:{"+name+"}") == 1 })
+	time.Sleep(50 * time.Millisecond) // and waits
+	proxy.SetLatency(200 * time.Millisecond)
+	if err := holder.Semaphore(name).Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// The announcement reaches the waiter 200 ms later; its attempt runs 200 ms after that, and its reply
+	// would arrive 200 ms later still: hold it back, then break the connection.
+	eventually(t, 5*time.Second, "the waiter's attempt runs", func() bool {
+		n, _ := do(t, rdb, "GET", name).AsInt64()
+		return n == 0
+	})
+	proxy.Stall(faultnet.Downstream, true)
+	proxy.Cut()
+	proxy.Stall(faultnet.Downstream, false)
+	proxy.SetLatency(0)
+	select {
+	case err := <-got:
+		if err == nil || !strings.Contains(err.Error(), "reply was lost") {
+			t.Fatalf("Acquire = %v, want the error of a lost reply", err)
+		}
+		t.Logf("Acquire: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter tries again after its attempt's reply was lost (it would strand the permit unseen)")
+	}
+	if n, _ := do(t, rdb, "GET", name).AsInt64(); n != 0 {
+		t.Fatalf("available = %d, want 0: the attempt ran", n)
 	}
 }
