@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/redistest"
 )
 
 func init() {
@@ -401,6 +402,94 @@ func TestPermitsUnderLatencySpikes(t *testing.T) {
 	permitsOutcome(s, check, &iv, &st, limit, back, state)
 	if st.held.Load() == 0 {
 		t.Error("no permit was taken")
+	}
+	s.report(t, true)
+}
+
+// aof makes a test server persist every write before it answers (appendonly yes, appendfsync always), so
+// that what a client was told survives a restart.
+var aof = []string{"--appendonly", "yes", "--appendfsync", "always"}
+
+// restartEvery restarts srv (SIGKILL, then a new process on the same port, which loads the AOF) every
+// 600-1000 ms until stop is closed, and counts the restarts and those made while permits were taken.
+func restartEvery(t *testing.T, srv *redistest.Server, rdb rueidis.Client, timeouts string, stop <-chan struct{}, restarts, whileHeld *atomic.Int64) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(600+rand.IntN(400)) * time.Millisecond):
+		}
+		if timeouts != "" {
+			if n, err := do(t, rdb, "ZCARD", timeouts).AsInt64(); err == nil && n > 0 {
+				whileHeld.Add(1)
+			}
+		}
+		if err := srv.Restart(); err != nil {
+			t.Error(err)
+			return
+		}
+		restarts.Add(1)
+	}
+}
+
+// TestPermitsAcrossAOFRestart: goroutines on 2 Clients take and give back permits of an expirable semaphore
+// of 3 (one of them holding each for 1.2 s) while redis-server, persisting every write (AOF, fsync always),
+// is killed and restarted on its port again and again. Permits held across a restart are still held after
+// it; at no instant do more than 3 holders believe they hold, every atomic sample has available + taken ==
+// 3 (a failed read while the server is down is not a sample), and every permit is back at the end: none lost
+// for good.
+func TestPermitsAcrossAOFRestart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, aof...)
+	rdb := rawClient(t, srv.Addr())
+	opts := &relock.Options{WatchdogTimeout: 3 * time.Second}
+	clients := []*relock.Client{newClient(t, []string{srv.Addr()}, opts), newClient(t, []string{srv.Addr()}, opts)}
+	const name, limit = "restarted-permits", 3
+	ctx := ctxTimeout(t, 60*time.Second)
+	if ok, err := clients[0].PermitSemaphore(name).TrySetPermits(ctx, limit); !ok || err != nil {
+		t.Fatalf("TrySetPermits = %v, %v", ok, err)
+	}
+	s := &summary{scenario: "permits-aof-restart"}
+	check := checkPermits(rdb, name, "{"+name+"}:timeout", limit)
+	stop := make(chan struct{})
+	var restarts, whileHeld atomic.Int64
+	var restarting sync.WaitGroup
+	restarting.Add(1)
+	go func() {
+		defer restarting.Done()
+		restartEvery(t, srv, rdb, "{"+name+"}:timeout", stop, &restarts, &whileHeld)
+	}()
+	var iv intervals
+	var st permitStats
+	end := time.Now().Add(workload(4 * time.Second))
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem := clients[g%2].PermitSemaphore(name)
+			for time.Now().Before(end) {
+				hold := time.Duration(20+rand.IntN(130)) * time.Millisecond
+				if g == 0 {
+					hold = 1200 * time.Millisecond // across a restart
+				}
+				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if !holdPermit(actx, sem, hold, &iv, &st, nil) {
+					time.Sleep(20 * time.Millisecond) // the server is down: do not spin
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	restarting.Wait()
+	back, state := permitsBack(clients[0], rdb, name, limit, 6*time.Second)
+	s.ops, s.faults = st.held.Load(), restarts.Load()
+	permitsOutcome(s, check, &iv, &st, limit, back, state)
+	s.note("%d restarts, %d of them with permits taken", restarts.Load(), whileHeld.Load())
+	if restarts.Load() == 0 || st.held.Load() == 0 {
+		t.Errorf("%d restarts, %d permits taken: the scenario did not run", restarts.Load(), st.held.Load())
 	}
 	s.report(t, true)
 }
