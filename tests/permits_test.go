@@ -435,7 +435,7 @@ func restartEvery(t *testing.T, srv *redistest.Server, rdb rueidis.Client, timeo
 // TestPermitsAcrossAOFRestart: goroutines on 2 Clients take and give back permits of an expirable semaphore
 // of 3 (one of them holding each for 1.2 s) while redis-server, persisting every write (AOF, fsync always),
 // is killed and restarted on its port again and again. Permits held across a restart are still held after
-// it; at no instant do more than 3 holders believe they hold, every atomic sample has available + taken ==
+// it (none is lost); at no instant do more than 3 holders believe they hold, every atomic sample has available + taken ==
 // 3 (a failed read while the server is down is not a sample), and every permit is back at the end: none lost
 // for good.
 func TestPermitsAcrossAOFRestart(t *testing.T) {
@@ -488,6 +488,9 @@ func TestPermitsAcrossAOFRestart(t *testing.T) {
 	s.ops, s.faults = st.held.Load(), restarts.Load()
 	permitsOutcome(s, check, &iv, &st, limit, back, state)
 	s.note("%d restarts, %d of them with permits taken", restarts.Load(), whileHeld.Load())
+	// The AOF keeps every permit a holder was told it took, and a restart is far shorter than the watchdog
+	// timeout: a permit lost across one is a violation.
+	s.violations += st.lost.Load()
 	if restarts.Load() == 0 || st.held.Load() == 0 {
 		t.Errorf("%d restarts, %d permits taken: the scenario did not run", restarts.Load(), st.held.Load())
 	}
