@@ -252,6 +252,7 @@ func permitsBack(c *relock.Client, rdb rueidis.Client, name string, limit int64,
 type permitStats struct {
 	held, lost, acquireErrs, releaseRetries, stuck atomic.Int64
 	oddEnd                                         atomic.Value // a cause of a permit's end that is not a loss
+	ids                                            sync.Map     // the ids of the permits taken
 }
 
 // holdPermit takes a permit of sem under ctx, holds it for d, and gives it back. It records in iv when it
@@ -267,6 +268,7 @@ func holdPermit(ctx context.Context, sem *relock.PermitSemaphore, d time.Duratio
 	}
 	start := time.Now()
 	end := start
+	st.ids.Store(p.ID(), true)
 	if held, err := p.Context(context.Background()); err != nil {
 		st.lost.Add(1) // lost before it could be watched: it counts for no time
 	} else {
