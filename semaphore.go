@@ -167,7 +167,8 @@ func (s *Semaphore) giveBack(permits int64) {
 }
 
 // Release gives permits back (at least 1: ErrInvalidPermits) and wakes waiters. The semaphore does not
-// check that the caller took them: like Redisson's, it has no owners.
+// check that the caller took them: like Redisson's, it has no owners. A Release that failed after it was
+// sent (the connection broke) may have run: sending it again could make up permits.
 func (s *Semaphore) Release(ctx context.Context, permits int) error {
 	if permits < 1 {
 		return wrapErrCtx(ctx, "release", s.name, ErrInvalidPermits)
