@@ -100,20 +100,11 @@ func (s *Semaphore) tryAcquire(ctx context.Context, op string, permits int, wait
 // a broken connection still leaves them taken: nothing in Redis tells whether the script ran, and releasing
 // permits it did not take would make up permits.
 //
-// A failure after the script was sent whose outcome is unknown is reported as errReplyLost, which the wait
-// loop does not ride out.
+// A failure of the call after the script was sent, whose outcome is unknown, is reported as errReplyLost,
+// which the wait loop does not ride out.
 func (s *Semaphore) take(ctx context.Context, call scriptCall, unit int64) (int64, error) {
-	n, err := s.send(ctx, call, unit)
-	if err != nil && ctx.Err() == nil && outcomeUnknown(err) && !unsent(err) {
-		err = fmt.Errorf("%w: %w", errReplyLost, err)
-	}
-	return n, err
-}
-
-// send is take but for the failures it reports as errReplyLost.
-func (s *Semaphore) send(ctx context.Context, call scriptCall, unit int64) (int64, error) {
 	if ctx.Done() == nil {
-		return s.c.scripts.runInt(ctx, call)
+		return replyLost(s.c.scripts.runInt(ctx, call))
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -138,7 +129,15 @@ func (s *Semaphore) send(ctx context.Context, call scriptCall, unit int64) (int6
 		}
 		<-f.done // the reply came first: it is the caller's
 	}
-	return f.reply, f.err
+	return replyLost(f.reply, f.err)
+}
+
+// replyLost passes on a call's reply, its failure marked errReplyLost if the script may have run.
+func replyLost(n int64, err error) (int64, error) {
+	if err != nil && outcomeUnknown(err) && !unsent(err) {
+		err = fmt.Errorf("%w: %w", errReplyLost, err)
+	}
+	return n, err
 }
 
 // flight is a script call that may outlive its caller (Semaphore.take): whichever of the call and the
