@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -94,6 +95,11 @@ var errUnexpectedReply = errors.New("relock: unexpected reply from Redis")
 // connection, its outcome is unknown and it is transient.
 var errInterrupted = errors.New("relock: the connection broke under the call")
 
+// errReplyLost is the failure of a plain semaphore's acquisition whose reply was lost after it was sent
+// (the connection broke): it may have taken permits that nobody holds now, and nothing in Redis tells. A
+// waiter does not try again past it, which would take more and leave those unseen: its caller is told.
+var errReplyLost = errors.New("relock: the reply was lost: the permits may have been taken, and nobody holds them")
+
 // opError reports which operation on which lock failed, and why.
 type opError struct {
 	op   string
@@ -159,7 +165,14 @@ func transient(err error) bool {
 	if rerr, ok := rueidis.IsRedisErr(err); ok {
 		return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(rerr.Error(), "MASTERDOWN")
 	}
-	return outcomeUnknown(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	return outcomeUnknown(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, errReplyLost)
+}
+
+// unsent reports whether a failed call surely never reached the server: its connection could not be made.
+func unsent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // permanent reports whether err is one that trying again cannot mend.

@@ -2,7 +2,9 @@ package relock
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,10 +13,16 @@ import (
 // permits then available. Java services using Redisson and Go services using relock share one semaphore.
 //
 // Like Redisson's, its permits have no owner: any caller may release permits, and permits taken by a
-// process that dies are not given back (nor those of an Acquire whose reply was lost to a broken
-// connection). Waiters are woken by the announcements, never by polling: a release of n permits wakes up to
-// n waiters of each Client (each Redisson JVM wakes as many), which try again; the order in which waiters
-// get permits is not fair. Every operation is one script run.
+// process that dies are not given back, nor those of an Acquire whose reply was lost to a broken connection
+// (nothing in Redis tells whether it ran). Such an Acquire fails, saying so, even while it waits: a waiter
+// rides out an outage (connections refused, a server loading), but not an attempt of its whose reply was
+// lost, as trying again would strand those permits unseen. An Acquire or DrainPermits whose context ends
+// while its script is in flight returns at once, but its reply is still awaited, for up to the Client's
+// WatchdogTimeout: the permits it took, if it ran, are then given back.
+//
+// Waiters are woken by the announcements, never by polling: a release of n permits wakes up to n waiters of
+// each Client (each Redisson JVM wakes as many), which try again; the order in which waiters get permits is
+// not fair. Every operation is one script run.
 //
 // A Semaphore is a cheap value; make one per use or keep it, as you like. Its methods are safe for
 // concurrent use.
@@ -79,14 +87,87 @@ func (s *Semaphore) tryAcquire(ctx context.Context, op string, permits int, wait
 	call := scriptCall{script: scriptSemaphoreAcquire, keys: s.keys[:1], args: []string{strconv.Itoa(permits)}}
 	ok, err := s.c.acquire(ctx, acquireOp{kind: kindSemaphore, name: s.name, channel: s.channel, wakes: semaphoreWakes, wait: wait},
 		func(ctx context.Context) (bool, time.Duration, error) {
-			got, err := s.c.scripts.runInt(ctx, call)
+			got, err := s.take(ctx, call, int64(permits))
 			return got == 1, -1, err // nothing expires: wait for an announcement
 		})
 	return ok, wrapErrCtx(ctx, op, s.name, err)
 }
 
+// take runs call, a script that takes permits (its reply times unit of them), and returns its reply. If ctx
+// ends while the script is in flight, take returns ctx's error at once, and the reply is awaited in the
+// background, for up to the watchdog timeout more: the permits the script took are given back. Without
+// this, they would stay taken by nobody for good (a semaphore has no owners and no expiry). A reply lost to
+// a broken connection still leaves them taken: nothing in Redis tells whether the script ran, and releasing
+// permits it did not take would make up permits.
+//
+// A failure of the call after the script was sent, whose outcome is unknown, is reported as errReplyLost,
+// which the wait loop does not ride out.
+func (s *Semaphore) take(ctx context.Context, call scriptCall, unit int64) (int64, error) {
+	if ctx.Done() == nil {
+		return replyLost(s.c.scripts.runInt(ctx, call))
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	f := &flight{done: make(chan struct{})}
+	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // ctx's values, not its end
+	go func() {
+		f.reply, f.err = s.c.scripts.runInt(callCtx, call)
+		cancel()
+		if f.state.CompareAndSwap(flightRunning, flightReturned) {
+			close(f.done)
+		} else if f.err == nil && f.reply > 0 {
+			s.giveBack(f.reply * unit) // the caller is gone
+		}
+	}()
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		if f.state.CompareAndSwap(flightRunning, flightLeft) {
+			time.AfterFunc(s.c.watchdogTimeout, cancel)
+			return 0, ctx.Err()
+		}
+		<-f.done // the reply came first: it is the caller's
+	}
+	return replyLost(f.reply, f.err)
+}
+
+// replyLost passes on a call's reply, its failure marked errReplyLost if the script may have run.
+func replyLost(n int64, err error) (int64, error) {
+	if err != nil && outcomeUnknown(err) && !unsent(err) {
+		err = fmt.Errorf("%w: %w", errReplyLost, err)
+	}
+	return n, err
+}
+
+// flight is a script call that may outlive its caller (Semaphore.take): whichever of the call and the
+// caller moves its state first decides who owns the reply.
+type flight struct {
+	state atomic.Int32 // flightRunning, then flightReturned or flightLeft
+	done  chan struct{}
+	reply int64
+	err   error
+}
+
+const (
+	flightRunning  = iota
+	flightReturned // the reply is the caller's: done is closed
+	flightLeft     // the caller returned ctx's error: the reply is the call's to settle
+)
+
+// giveBack releases, in the background, permits an acquisition took after its caller gave up. It tries
+// once: a release whose outcome is unknown is not sent again, for it may have run.
+func (s *Semaphore) giveBack(permits int64) {
+	s.c.goBackground(func(life context.Context) {
+		ctx, cancel := context.WithTimeout(life, retryAttemptTimeout)
+		defer cancel()
+		_, _ = s.announce(ctx, "relock.semaphore.giveback", scriptSemaphoreRelease, strconv.FormatInt(permits, 10))
+	})
+}
+
 // Release gives permits back (at least 1: ErrInvalidPermits) and wakes waiters. The semaphore does not
-// check that the caller took them: like Redisson's, it has no owners.
+// check that the caller took them: like Redisson's, it has no owners. A Release that failed after it was
+// sent (the connection broke) may have run: sending it again could make up permits.
 func (s *Semaphore) Release(ctx context.Context, permits int) error {
 	if permits < 1 {
 		return wrapErrCtx(ctx, "release", s.name, ErrInvalidPermits)
@@ -141,6 +222,6 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, wrapErrCtx(ctx, "drainpermits", s.name, err)
 	}
-	n, err := s.c.scripts.runInt(ctx, scriptCall{script: scriptSemaphoreDrain, keys: s.keys[:1]})
+	n, err := s.take(ctx, scriptCall{script: scriptSemaphoreDrain, keys: s.keys[:1]}, 1)
 	return int(n), wrapErrCtx(ctx, "drainpermits", s.name, err)
 }

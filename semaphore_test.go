@@ -3,6 +3,8 @@ package relock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -84,7 +87,7 @@ func TestSemaphore(t *testing.T) {
 	if ok, err := s.TryAcquire(ctx, 1, 200*time.Millisecond); ok || err != nil {
 		t.Fatalf("TryAcquire of a drained semaphore = %v, %v", ok, err)
 	}
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	if err := s.Acquire(short, 1); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire until ctx ends = %v, want context.DeadlineExceeded", err)
@@ -188,4 +191,120 @@ func subscribeRaw(t *testing.T, srv *redistest.Server, channel string) <-chan st
 	}()
 	eventually(t, 3*time.Second, "the raw subscription", func() bool { return numsub(t, rdb, channel) > before })
 	return messages
+}
+
+// An Acquire (or DrainPermits) whose ctx ends while its script is in flight returns ctx's error, and the
+// permits the script took, if it ran, come back: nobody holds them. Without the give-back they would be
+// taken for good, as a semaphore's permits have no owner and no expiry.
+func TestSemaphoreCancelledInFlight(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	c := clientAt(t, proxy.Addr, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	s := c.Semaphore("sem-inflight")
+	if ok, err := s.TrySetPermits(ctx, 3); !ok || err != nil {
+		t.Fatalf("TrySetPermits = %v, %v", ok, err)
+	}
+	available := func() int64 {
+		n, _ := do(t, rdb, "GET", "sem-inflight").AsInt64()
+		return n
+	}
+	// Load the scripts, so that the first sending under latency is the one that takes permits (not an
+	// EVALSHA answered NOSCRIPT).
+	if err := s.Acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DrainPermits(ctx); n != 2 || err != nil {
+		t.Fatalf("DrainPermits = %d, %v", n, err)
+	}
+	if err := s.Release(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetLatency(150 * time.Millisecond) // each way: the script runs 150 ms after it was sent
+	for _, call := range []struct {
+		name string
+		run  func(ctx context.Context) error
+	}{
+		{"Acquire", func(ctx context.Context) error { return s.Acquire(ctx, 2) }},
+		{"TryAcquire", func(ctx context.Context) error { _, err := s.TryAcquire(ctx, 1, time.Second); return err }},
+		{"DrainPermits", func(ctx context.Context) error { _, err := s.DrainPermits(ctx); return err }},
+	} {
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		err := call.run(short)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s with a context ending in flight = %v, want context.DeadlineExceeded", call.name, err)
+		}
+		// The script runs after the cancellation (150 ms after it was sent), and takes permits; they are
+		// given back when its reply arrives (150 ms later), through the proxy (300 ms more).
+		eventually(t, 3*time.Second, call.name+": the script sent before the cancellation takes permits", func() bool {
+			return available() < 3
+		})
+		eventually(t, 3*time.Second, call.name+": the permits taken in flight come back", func() bool {
+			return available() == 3
+		}, func() string { return fmt.Sprintf("available %d", available()) })
+	}
+	proxy.SetLatency(0)
+	if err := s.Acquire(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A waiting Acquire whose attempt ran but whose reply was lost to a broken connection is not tried again:
+// the permit the attempt took is held by nobody, and another attempt would take one more, unseen. The
+// caller is told instead, with an error saying permits may have been taken.
+func TestSemaphoreWaiterReplyLost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	waiter := clientAt(t, proxy.Addr, nil)
+	holder := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	const name = "sem-reply-lost"
+	if ok, err := holder.Semaphore(name).TrySetPermits(ctx, 1); !ok || err != nil {
+		t.Fatalf("TrySetPermits = %v, %v", ok, err)
+	}
+	// Load the script on the waiter's connection, so that its attempt under latency is the one that runs.
+	if err := waiter.Semaphore(name).Acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := waiter.Semaphore(name).Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Semaphore(name).Acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- waiter.Semaphore(name).Acquire(ctx, 1) }()
+	eventually(t, 5*time.Second, "the waiter subscribes", func() bool { return numsub(t, rdb, "redisson_sc:{"+name+"}") == 1 })
+	time.Sleep(50 * time.Millisecond) // and waits
+	proxy.SetLatency(200 * time.Millisecond)
+	if err := holder.Semaphore(name).Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// The announcement reaches the waiter 200 ms later; its attempt runs 200 ms after that, and its reply
+	// would arrive 200 ms later still: hold it back, then break the connection.
+	eventually(t, 5*time.Second, "the waiter's attempt runs", func() bool {
+		n, _ := do(t, rdb, "GET", name).AsInt64()
+		return n == 0
+	})
+	proxy.Stall(faultnet.Downstream, true)
+	proxy.Cut()
+	proxy.Stall(faultnet.Downstream, false)
+	proxy.SetLatency(0)
+	select {
+	case err := <-got:
+		if err == nil || !strings.Contains(err.Error(), "reply was lost") {
+			t.Fatalf("Acquire = %v, want the error of a lost reply", err)
+		}
+		t.Logf("Acquire: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter tries again after its attempt's reply was lost (it would strand the permit unseen)")
+	}
+	if n, _ := do(t, rdb, "GET", name).AsInt64(); n != 0 {
+		t.Fatalf("available = %d, want 0: the attempt ran", n)
+	}
 }

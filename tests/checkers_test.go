@@ -2,9 +2,11 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,6 +106,16 @@ func TestCheckersCatchViolations(t *testing.T) {
 	if n := iv.overlaps(); n != 1 {
 		t.Fatalf("overlaps = %d, want 1", n)
 	}
+	// Of k permits: the third section open at once is one too many for 2, none for 3; touching ones do not
+	// overlap.
+	iv.add(now.Add(6*time.Millisecond), now.Add(8*time.Millisecond))
+	iv.add(now.Add(40*time.Millisecond), now.Add(50*time.Millisecond))
+	if n, most := iv.beyond(2); n != 1 || most != 3 {
+		t.Fatalf("beyond(2) = %d, %d; want 1, 3", n, most)
+	}
+	if n, most := iv.beyond(3); n != 0 || most != 3 {
+		t.Fatalf("beyond(3) = %d, %d; want 0, 3", n, most)
+	}
 	srv := server(t)
 	store := fencedStore{rdb: rawClient(t, srv.Addr()), key: "store"}
 	ctx := ctxTimeout(t, 5*time.Second)
@@ -115,4 +127,133 @@ func TestCheckersCatchViolations(t *testing.T) {
 			t.Fatalf("write with token %d = %v, %v; want %v", c.token, ok, err, c.want)
 		}
 	}
+}
+
+// beyond counts the sections that began while k others were open (in order of start; a section that
+// begins as another ends does not overlap it), and returns the most open at once: more than k holders of
+// k permits.
+func (iv *intervals) beyond(k int) (n int64, most int) {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	type event struct {
+		at    time.Time
+		delta int
+	}
+	events := make([]event, 0, 2*len(iv.spans))
+	for _, s := range iv.spans {
+		events = append(events, event{s[0], 1}, event{s[1], -1})
+	}
+	slices.SortFunc(events, func(a, b event) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // ends first
+	})
+	open := 0
+	for _, e := range events {
+		open += e.delta
+		if e.delta > 0 && open > k {
+			n++
+		}
+		most = max(most, open)
+	}
+	return n, most
+}
+
+// permitSample reads a semaphore's available permits and, for an expirable one, the permits taken, in one
+// script run: no other script runs between the two reads (a pipeline of GET and ZCARD would let one in, and
+// could show a permit moved between them as made up or lost). It returns {set, available, taken}, set being
+// 0 when the counter is missing.
+var permitSample = rueidis.NewLuaScript(`
+local available = redis.call('get', KEYS[1])
+local taken = 0
+if KEYS[2] then
+  taken = redis.call('zcard', KEYS[2])
+end
+if not available then
+  return {0, 0, taken}
+end
+return {1, tonumber(available), taken}`)
+
+// permitChecker samples a semaphore all along and counts the samples that break its invariant: for an
+// expirable semaphore (a taken-permits key), available + taken == limit and 0 <= taken <= limit (no permit
+// made up, none lost for good: an expired permit stays in the set until it is given back); for a plain one,
+// 0 <= available <= limit.
+type permitChecker struct {
+	rdb   rueidis.Client
+	keys  []string
+	limit int64
+
+	samples, bad, errs atomic.Int64
+	mu                 sync.Mutex
+	first              string // the first bad sample
+	stop, done         chan struct{}
+}
+
+// checkPermits starts a checker of the semaphore name with limit permits; timeouts is its taken-permits key,
+// "" for a plain semaphore. It samples every few milliseconds until finish.
+func checkPermits(rdb rueidis.Client, name, timeouts string, limit int64) *permitChecker {
+	c := &permitChecker{rdb: rdb, keys: []string{name}, limit: limit, stop: make(chan struct{}), done: make(chan struct{})}
+	if timeouts != "" {
+		c.keys = append(c.keys, timeouts)
+	}
+	go func() {
+		defer close(c.done)
+		for {
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(3 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = c.sample(ctx)
+			cancel()
+		}
+	}()
+	return c
+}
+
+// sample takes one sample and checks it; it returns the read's error (the server restarting, say), which
+// is not a violation.
+func (c *permitChecker) sample(ctx context.Context) error {
+	v, err := permitSample.Exec(ctx, c.rdb, c.keys, nil).AsIntSlice()
+	if err == nil && len(v) != 3 {
+		err = fmt.Errorf("sample: %v", v)
+	}
+	if err != nil {
+		c.errs.Add(1)
+		return err
+	}
+	c.samples.Add(1)
+	set, available, taken := v[0] == 1, v[1], v[2]
+	var wrong string
+	switch {
+	case !set:
+		wrong = fmt.Sprintf("no counter (taken %d)", taken)
+	case len(c.keys) == 1 && (available < 0 || available > c.limit):
+		wrong = fmt.Sprintf("available %d of %d", available, c.limit)
+	case len(c.keys) == 2 && (taken > c.limit || available+taken != c.limit):
+		wrong = fmt.Sprintf("available %d + taken %d != %d", available, taken, c.limit)
+	}
+	if wrong != "" {
+		if c.bad.Add(1) == 1 {
+			c.mu.Lock()
+			c.first = wrong
+			c.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// finish stops the checker and reports its samples, the bad ones, the first bad one, and failed reads.
+func (c *permitChecker) finish() (samples, bad int64, first string, errs int64) {
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.samples.Load(), c.bad.Load(), c.first, c.errs.Load()
 }
