@@ -87,3 +87,50 @@ func BenchmarkSemaphoreWakeup(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
+
+// BenchmarkPermitSemaphoreRatio interleaves, in every iteration, Acquire+Release of a PermitSemaphore's
+// permit (watchdog kept) and the same two scripts run raw through the same rueidis client, and reports both
+// and their ratio. relock's side also records the permit in the hold table and schedules its renewal.
+func BenchmarkPermitSemaphoreRatio(b *testing.B) {
+	rdb, c := benchClient(b)
+	ctx := context.Background()
+	load := func(name string) *rueidis.Lua {
+		src, err := luasrc.Load(os.DirFS("lua"), name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return rueidis.NewLuaScript(src)
+	}
+	acquire, release := load("permit_acquire"), load("permit_release")
+	rawKeys := []string{"bench:permits-raw", "{bench:permits-raw}:timeout", "redisson_sc:{bench:permits-raw}"}
+	s := c.PermitSemaphore("bench:permits")
+	for _, k := range []string{"bench:permits", "bench:permits-raw"} {
+		if err := rdb.Do(ctx, rdb.B().Set().Key(k).Value("1").Build()).Error(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	id := "0123456789abcdef"
+	var raw, sem time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if got, err := acquire.Exec(ctx, rdb, rawKeys, []string{"30000", id, "publish"}).AsIntSlice(); err != nil || got[0] != 1 {
+			b.Fatalf("raw acquire: %v, %v", got, err)
+		}
+		if err := release.Exec(ctx, rdb, rawKeys, []string{"publish", id}).Error(); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		p, err := s.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		raw, sem = raw+t1.Sub(t0), sem+time.Since(t1)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(raw.Microseconds())/n, "raw-µs")
+	b.ReportMetric(float64(sem.Microseconds())/n, "permit-µs")
+	b.ReportMetric(float64(sem)/float64(raw), "permit/raw")
+}
