@@ -1,8 +1,8 @@
 // Package relocktest runs relock on an in-process Redis, so that code using relock can be tested without
 // a Redis server: every lock kind works on it (RLock, FairLock, ReadWriteLock, MultiLock, RedLock over
-// several Servers, fencing, HoldContext), keys expire in real time, and hooks make the situations such
-// code must handle happen on demand: a lock lost (Expire), renewals failing (FailRenewals), Redis out of
-// reach (Down, Up). Inspect reads a lock's state.
+// several Servers, fencing, HoldContext), and so do the semaphores and latches; keys expire in real time,
+// and hooks make the situations such code must handle happen on demand: a lock lost (Expire), renewals
+// failing (FailRenewals), Redis out of reach (Down, Up). Inspect reads a lock's state.
 //
 //	func TestJob(t *testing.T) {
 //		c, srv := relocktest.NewClient(t, nil)

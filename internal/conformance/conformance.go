@@ -1,6 +1,6 @@
 // Package conformance holds the tests every deployment of relock must pass, whatever serves Redis:
 // reentrancy, owner-only unlock, lease expiry, mutual exclusion, fencing and loss, for every exclusive lock
-// kind. The library runs them against redis-server (a single server and a cluster), and relocktest
+// kind; permit limits, permit loss and latches for the synchronizers. The library runs them against redis-server (a single server and a cluster), and relocktest
 // against its in-process server, so that both are held to one suite.
 package conformance
 
@@ -87,8 +87,20 @@ var tests = []struct {
 }
 
 // Run runs every conformance test for every lock kind and every place in where, each in a parallel
-// subtest named test/kind/place, on the deployment deploy gives for that place.
+// subtest named test/kind/place, on the deployment deploy gives for that place; then the synchronizers'
+// tests for every place, as test/place.
 func Run(t *testing.T, where []string, deploy func(t *testing.T, place string) *Deployment) {
+	for _, tc := range syncTests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, place := range where {
+				t.Run(place, func(t *testing.T) {
+					t.Parallel()
+					tc.test(t, deploy(t, place))
+				})
+			}
+		})
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
