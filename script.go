@@ -76,6 +76,8 @@ var (
 	scriptPermitAcquire    = loadScript("permit_acquire")
 	scriptPermitRenew      = loadScript("permit_renew")
 	scriptPermitRelease    = loadScript("permit_release")
+	scriptElectionRecord   = loadScript("election_record")
+	scriptElectionLeader   = loadScript("election_leader")
 )
 
 // run is the one path every script takes to Redis: each call is a single round trip (EVALSHA; EVAL only

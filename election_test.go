@@ -1,0 +1,318 @@
+package relock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/faultnet"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+// nextLeader returns the next leader obs delivers, failing t after d.
+func nextLeader(t *testing.T, obs <-chan relock.Leader, d time.Duration) relock.Leader {
+	t.Helper()
+	select {
+	case l, ok := <-obs:
+		if !ok {
+			t.Fatal("Observe's channel was closed")
+		}
+		return l
+	case <-time.After(d):
+		t.Fatal("no leader delivered")
+	}
+	return relock.Leader{}
+}
+
+// Candidates lead one at a time, in the order they began to campaign, each with a larger term; a
+// resignation hands over at once; Leader and every observer follow each change, in order.
+func TestElection(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	e := a.Election("leader")
+	if _, err := e.Leader(ctx); !errors.Is(err, relock.ErrNoLeader) {
+		t.Fatalf("Leader before any campaign = %v, want ErrNoLeader", err)
+	}
+	obs1, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs2, err := b.Election("leader").Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := relock.WithOwner(ctx, "first")
+	term1, err := e.Campaign(first, "10.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := e.Campaign(first, "ignored"); again != term1 || err != nil {
+		t.Fatalf("Campaign by the leader = %d, %v; want its term %d", again, err, term1)
+	}
+	lead, err := e.LeadershipContext(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two more candidates, on the other Client, in order.
+	type won struct {
+		who  string
+		term uint64
+		err  error
+	}
+	wins := make(chan won, 2)
+	campaign := func(who string) {
+		term, err := b.Election("leader").Campaign(relock.WithOwner(ctx, who), "10.0.0."+who[1:])
+		wins <- won{who, term, err}
+	}
+	go campaign("c2")
+	time.Sleep(200 * time.Millisecond) // "2" queues before "3"
+	go campaign("c3")
+	time.Sleep(200 * time.Millisecond)
+	if l, err := b.Election("leader").Leader(ctx); err != nil || l.Value != "10.0.0.1" || l.Term != term1 {
+		t.Fatalf("Leader = %+v, %v; want the first candidate", l, err)
+	}
+	select {
+	case w := <-wins:
+		t.Fatalf("%+v (%v) won while the first candidate leads", w, w.err)
+	default:
+	}
+
+	start := time.Now()
+	if err := e.Resign(first); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(lead), context.Canceled) {
+		t.Fatalf("the resigned leader's context: %v", context.Cause(lead))
+	}
+	w := <-wins
+	t.Logf("hand-over after a resignation: %v", time.Since(start))
+	if w.err != nil || w.who != "c2" || w.term <= term1 {
+		t.Fatalf("after the resignation %+v won, want candidate 2 with a term above %d", w, term1)
+	}
+	if err := b.Election("leader").Resign(relock.WithOwner(ctx, "c2")); err != nil {
+		t.Fatal(err)
+	}
+	w3 := <-wins
+	if w3.err != nil || w3.who != "c3" || w3.term <= w.term {
+		t.Fatalf("then %+v won, want candidate 3 with a term above %d", w3, w.term)
+	}
+	if err := e.Resign(first); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("Resign by a candidate that does not lead = %v, want ErrNotHeld", err)
+	}
+
+	want := []relock.Leader{{Value: "10.0.0.1", Term: term1}, {Value: "10.0.0.2", Term: w.term}, {Value: "10.0.0.3", Term: w3.term}}
+	for i, obs := range []<-chan relock.Leader{obs1, obs2} {
+		for _, wl := range want {
+			if l := nextLeader(t, obs, 5*time.Second); l.Value != wl.Value || l.Term != wl.Term {
+				t.Fatalf("observer %d: %+v, want %+v", i, l, wl)
+			}
+		}
+	}
+	// A late observer starts with the last leader.
+	obs3, err := a.Election("leader").Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := nextLeader(t, obs3, 5*time.Second); l.Term != w3.term {
+		t.Fatalf("a late observer first saw %+v, want term %d", l, w3.term)
+	}
+	if err := b.Election("leader").Resign(relock.WithOwner(ctx, "c3")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Leader(ctx); !errors.Is(err, relock.ErrNoLeader) {
+		t.Fatalf("Leader after every candidate resigned = %v, want ErrNoLeader", err)
+	}
+}
+
+// A leader that stops renewing (its link stalls) loses its leadership, told by ErrLockLost, and the next
+// candidate leads within about the watchdog timeout with a larger term; a dead leader's Client (closed) is
+// replaced too.
+func TestElectionLeaderLost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	opts := &relock.Options{WatchdogTimeout: time.Second}
+	stalled, next := clientAt(t, proxy.Addr, opts), newClient(t, srv, opts)
+	ctx := ctxTimeout(t, 30*time.Second)
+	obs, err := next.Election("lost").Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term1, err := stalled.Election("lost").Campaign(ctx, "stalled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, _ := stalled.Election("lost").LeadershipContext(ctx)
+	won := make(chan uint64, 1)
+	go func() {
+		term, err := next.Election("lost").Campaign(relock.WithOwner(ctx, "next"), "next")
+		if err != nil {
+			t.Error(err)
+		}
+		won <- term
+	}()
+	time.Sleep(100 * time.Millisecond)
+	proxy.Stall(faultnet.Upstream, true)
+	start := time.Now()
+	var term2 uint64
+	select {
+	case term2 = <-won:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the next candidate did not lead after the leader stalled")
+	}
+	t.Logf("hand-over after the leader stalled: %v (watchdog timeout 1s)", time.Since(start))
+	select {
+	case <-lead.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stalled leader was not told")
+	}
+	proxy.Stall(faultnet.Upstream, false)
+	if !errors.Is(context.Cause(lead), relock.ErrLockLost) {
+		t.Fatalf("the stalled leader's context: %v, want ErrLockLost", context.Cause(lead))
+	}
+	if term2 <= term1 {
+		t.Fatalf("term %d after %d", term2, term1)
+	}
+	for _, want := range []uint64{term1, term2} {
+		if l := nextLeader(t, obs, 5*time.Second); l.Term != want {
+			t.Fatalf("observed %+v, want term %d", l, want)
+		}
+	}
+
+	// A dead leader (its Client closed without resigning) is replaced too.
+	dead := newClient(t, srv, opts)
+	if err := next.Election("lost").Resign(relock.WithOwner(ctx, "next")); err != nil {
+		t.Fatal(err)
+	}
+	term3, err := dead.Election("lost").Campaign(ctx, "dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		term, err := next.Election("lost").Campaign(relock.WithOwner(ctx, "after-dead"), "after")
+		if err != nil {
+			t.Error(err)
+		}
+		won <- term
+	}()
+	time.Sleep(100 * time.Millisecond)
+	dead.Close()
+	select {
+	case term4 := <-won:
+		if term4 <= term3 {
+			t.Fatalf("term %d after %d", term4, term3)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the next candidate did not lead after the leader died")
+	}
+}
+
+// Bad input gets typed errors and writes nothing; Observe's channel closes with its context and with the
+// Client.
+func TestElectionBadInput(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	var nilClient *relock.Client
+	if _, err := nilClient.Election("x").Campaign(ctx, "v"); !errors.Is(err, relock.ErrNilClient) {
+		t.Errorf("Campaign on a nil Client = %v", err)
+	}
+	if _, err := c.Election("").Campaign(ctx, "v"); !errors.Is(err, relock.ErrInvalidName) {
+		t.Errorf("Campaign with an empty name = %v", err)
+	}
+	if _, err := c.Election("").Observe(ctx); !errors.Is(err, relock.ErrInvalidName) {
+		t.Errorf("Observe with an empty name = %v", err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.Election("x").Campaign(ended, "v"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Campaign with an ended context = %v", err)
+	}
+	if _, err := c.Election("x").Leader(ended); !errors.Is(err, context.Canceled) {
+		t.Errorf("Leader with an ended context = %v", err)
+	}
+	if err := c.Election("x").Resign(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		t.Errorf("Resign without leading = %v", err)
+	}
+	if _, err := c.Election("x").LeadershipContext(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		t.Errorf("LeadershipContext without leading = %v", err)
+	}
+	if n, _ := do(t, rdb, "DBSIZE").AsInt64(); n != 0 {
+		t.Fatalf("bad input wrote %d keys", n)
+	}
+	octx, ocancel := context.WithCancel(ctx)
+	obs, err := c.Election("x").Observe(octx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ocancel()
+	select {
+	case _, ok := <-obs:
+		if ok {
+			t.Fatal("a leader delivered with nobody elected")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Observe's channel did not close with its context")
+	}
+	obs, err = c.Election("x").Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	select {
+	case <-obs:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Observe's channel did not close with the Client")
+	}
+	if _, err := c.Election("x").Observe(ctx); !errors.Is(err, relock.ErrClosed) {
+		t.Errorf("Observe on a closed Client = %v", err)
+	}
+}
+
+// On a cluster, the election's keys share one slot, and everything works as on one server.
+func TestElectionOnCluster(t *testing.T) {
+	t.Parallel()
+	d := onCluster(t, "election:")
+	a, b := d.client(t, nil), d.client(t, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := d.name("leader")
+	obs, err := b.Election(name).Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term1, err := a.Election(name).Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan uint64, 1)
+	bctx := relock.WithOwner(ctx, "b")
+	go func() {
+		term, err := b.Election(name).Campaign(bctx, "b")
+		if err != nil {
+			t.Error(err)
+		}
+		won <- term
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := a.Election(name).Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	term2 := <-won
+	if l, err := a.Election(name).Leader(ctx); err != nil || l.Value != "b" || l.Term != term2 || term2 <= term1 {
+		t.Fatalf("Leader = %+v, %v; want b with term %d > %d", l, err, term2, term1)
+	}
+	for _, want := range []string{"a", "b"} {
+		if l := nextLeader(t, obs, 5*time.Second); l.Value != want {
+			t.Fatalf("observed %+v, want %s", l, want)
+		}
+	}
+	if err := b.Election(name).Resign(bctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,15 @@
+-- Record a new leader of an election in its stream of leaders, if it still holds the election's lock.
+--
+-- KEYS[1]  the election's lock (a fair lock's hash: owner -> hold count)
+-- KEYS[2]  the stream of leaders, "relock_election:{name}": one entry per term, oldest first
+-- ARGV[1]  the new leader's owner field
+-- ARGV[2]  its term (the lock's fencing token)
+-- ARGV[3]  its value
+--
+-- Returns 1 when recorded, 0 when the owner does not hold the lock (it lost it before this ran): nothing
+-- is written then. The stream keeps about the last 1000 leaders.
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('xadd', KEYS[2], 'maxlen', '~', 1000, '*', 'term', ARGV[2], 'value', ARGV[3], 'owner', ARGV[1])
+return 1
