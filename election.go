@@ -156,10 +156,11 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 }
 
 // Observe delivers the election's leaders on the channel it returns, in the order they were elected: first
-// the last leader recorded (whether or not it still leads), then each new one as it is recorded. Every
-// observer sees the same sequence; none is skipped while the observer keeps up with the last 1000. The
-// channel is closed when ctx ends or the Client is closed; it is not buffered, so a slow reader only
-// delays its own deliveries.
+// the last leader recorded when Observe was called (whether or not it still leads), then each new one as
+// it is recorded. Every observer sees the same sequence; none is skipped while the observer keeps up with
+// the last 1000. The channel is closed when ctx ends or the Client is closed; it is not buffered, so a
+// slow reader only delays its own deliveries. Observe reads the last leader before it returns, and
+// returns the error if it cannot.
 //
 // An observer waits with XREAD BLOCK on the stream of leaders: it does not poll, and holds one
 // connection of the Client's pool while it waits. When Redis fails it tries again, backing off, and goes
@@ -167,6 +168,15 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, wrapErrCtx(ctx, "observe", e.name, err)
+	}
+	stream := e.keys[1]
+	first, err := e.c.do(ctx, e.c.rdb.B().Xrevrange().Key(stream).End("+").Start("-").Count(1).Build()).AsXRange()
+	if err != nil {
+		return nil, wrapErrCtx(ctx, "observe", e.name, err)
+	}
+	last := "0-0" // nothing recorded yet: wait for the first leader
+	if len(first) > 0 {
+		last = first[0].ID
 	}
 	ch := make(chan Leader)
 	// The observer's context ends with ctx or the Client, and has no deadline: rueidis abandons a blocking
@@ -182,7 +192,10 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if !e.c.goBackground(func(context.Context) {
 		defer close(ch)
 		defer end()
-		e.observe(octx, ch)
+		var lastTerm uint64
+		if e.deliver(octx, ch, first, &lastTerm) {
+			e.observe(octx, ch, last, &lastTerm)
+		}
 	}) {
 		end()
 		return nil, wrapErrCtx(ctx, "observe", e.name, ErrClosed)
@@ -190,30 +203,14 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	return ch, nil
 }
 
-// observe reads the stream of leaders from the last entry on, sending each leader with a larger term than
-// the last one sent, until ctx ends.
-func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
+// observe reads the stream of leaders after the entry last, sending each leader with a term above
+// *lastTerm, the last one sent, until ctx ends.
+func (e *Election) observe(ctx context.Context, ch chan<- Leader, last string, lastTerm *uint64) {
 	stream := e.keys[1]
-	last := "" // the id of the last entry read; "" before the first read
-	var lastTerm uint64
 	backoff := reconnectBackoffMin
 	for ctx.Err() == nil {
-		var entries []rueidis.XRangeEntry
-		var err error
-		if last == "" {
-			entries, err = e.c.rdb.Do(ctx, e.c.rdb.B().Xrevrange().Key(stream).End("+").Start("-").Count(1).Build()).AsXRange()
-			if err == nil && len(entries) == 0 {
-				last = "0-0" // nothing yet: wait for the first leader
-			}
-		} else {
-			var streams map[string][]rueidis.XRangeEntry
-			streams, err = e.c.rdb.Do(ctx, e.c.rdb.B().Xread().Block(0).Streams().Key(stream).Id(last).Build()).AsXRead()
-			entries = streams[stream]
-			if rueidis.IsRedisNil(err) {
-				err = nil
-			}
-		}
-		if err != nil {
+		streams, err := e.c.rdb.Do(ctx, e.c.rdb.B().Xread().Block(0).Streams().Key(stream).Id(last).Build()).AsXRead()
+		if err != nil && !rueidis.IsRedisNil(err) {
 			select {
 			case <-ctx.Done():
 			case <-time.After(backoff):
@@ -222,18 +219,30 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 			continue
 		}
 		backoff = reconnectBackoffMin
-		for _, entry := range entries {
-			last = entry.ID
-			term, err := strconv.ParseUint(entry.FieldValues["term"], 10, 64)
-			if err != nil || term <= lastTerm {
-				continue // not a leader's entry, or one older than a leader delivered (the stream was rewritten)
-			}
-			select {
-			case ch <- Leader{Value: entry.FieldValues["value"], Term: term, Owner: entry.FieldValues["owner"]}:
-				lastTerm = term
-			case <-ctx.Done():
-				return
-			}
+		entries := streams[stream]
+		if len(entries) > 0 {
+			last = entries[len(entries)-1].ID
+		}
+		if !e.deliver(ctx, ch, entries, lastTerm) {
+			return
 		}
 	}
+}
+
+// deliver sends the leaders of entries whose terms are above *lastTerm, in order, and reports whether ctx
+// is still going.
+func (e *Election) deliver(ctx context.Context, ch chan<- Leader, entries []rueidis.XRangeEntry, lastTerm *uint64) bool {
+	for _, entry := range entries {
+		term, err := strconv.ParseUint(entry.FieldValues["term"], 10, 64)
+		if err != nil || term <= *lastTerm {
+			continue // not a leader's entry, or one older than a leader delivered (the stream was rewritten)
+		}
+		select {
+		case ch <- Leader{Value: entry.FieldValues["value"], Term: term, Owner: entry.FieldValues["owner"]}:
+			*lastTerm = term
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }

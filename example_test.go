@@ -370,3 +370,36 @@ func ExampleClient_CountDownLatch() {
 	fmt.Println("all parts done")
 	// Output: all parts done
 }
+
+// A leader election: each candidate campaigns with its address and, once it leads, works under its
+// leadership's context and passes its term to what it writes; observers see every leader in order.
+func ExampleElection() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	e := c.Election("example:scheduler")
+
+	watch, cancel := context.WithCancel(ctx)
+	defer cancel()
+	leaders, _ := e.Observe(watch)
+
+	for _, addr := range []string{"10.0.0.1:8080", "10.0.0.2:8080"} {
+		owner := relock.WithOwner(ctx, "candidate-"+addr) // one candidate per process, in practice
+		term, err := e.Campaign(owner, addr)              // blocks until this candidate leads
+		if err != nil {
+			panic(err)
+		}
+		lead, _ := e.LeadershipContext(owner) // ends with ErrLockLost if the leadership is lost
+		_ = lead
+		_ = term // pass the term to the stores the leader writes, which reject lower terms
+		current, _ := e.Leader(ctx)
+		fmt.Println("leading:", current.Value)
+		_ = e.Resign(owner) // the next candidate leads at once
+	}
+	first, second := <-leaders, <-leaders
+	fmt.Println("observed:", first.Value, "then", second.Value, "terms increasing:", second.Term > first.Term)
+	// Output:
+	// leading: 10.0.0.1:8080
+	// leading: 10.0.0.2:8080
+	// observed: 10.0.0.1:8080 then 10.0.0.2:8080 terms increasing: true
+}
