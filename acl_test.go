@@ -135,6 +135,36 @@ func TestMinimalACL(t *testing.T) {
 	if _, err := sem.DrainPermits(ctx); err != nil {
 		t.Fatalf("Semaphore.DrainPermits: %v", err)
 	}
+	// An election: a leader, a candidate on the other Client, an observer.
+	election := a.Election("app:acl:election")
+	leaders, err := b.Election("app:acl:election").Observe(ctx)
+	if err != nil {
+		t.Fatalf("Election.Observe: %v", err)
+	}
+	if _, err := election.Campaign(one, "a"); err != nil {
+		t.Fatalf("Election.Campaign: %v", err)
+	}
+	go func() { _, err := b.Election("app:acl:election").Campaign(two, "b"); woken <- err }()
+	time.Sleep(200 * time.Millisecond)
+	if _, err := election.Leader(ctx); err != nil {
+		t.Fatalf("Election.Leader: %v", err)
+	}
+	if err := election.Resign(one); err != nil {
+		t.Fatalf("Election.Resign: %v", err)
+	}
+	if err := <-woken; err != nil {
+		t.Fatalf("the second candidate: %v", err)
+	}
+	for _, want := range []string{"a", "b"} {
+		select {
+		case l := <-leaders:
+			if l.Value != want {
+				t.Fatalf("observed %+v, want %s", l, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the observer saw no leader")
+		}
+	}
 	if _, err := a.Inspect(ctx, "app:acl:rlock"); err != nil {
 		t.Fatalf("Inspect: %v", err)
 	}
@@ -150,7 +180,7 @@ func TestMinimalACL(t *testing.T) {
 	}
 
 	// The ACL confines the user to its prefix: a lock outside it is refused, and nothing is written.
-	err := a.Lock("other:acl").Lock(one)
+	err = a.Lock("other:acl").Lock(one)
 	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("Lock outside the ACL's prefix = %v, want a NOPERM error", err)
 	}
