@@ -1,7 +1,8 @@
 // Package conformance holds the tests every deployment of relock must pass, whatever serves Redis:
 // reentrancy, owner-only unlock, lease expiry, mutual exclusion, fencing and loss, for every exclusive lock
-// kind; permit limits, permit loss and latches for the synchronizers. The library runs them against redis-server (a single server and a cluster), and relocktest
-// against its in-process server, so that both are held to one suite.
+// kind; permit limits, permit loss, latches and elections for the synchronizers. The library runs them
+// against redis-server (a single server and a cluster), and relocktest against its in-process server, so
+// that both are held to one suite.
 package conformance
 
 import (

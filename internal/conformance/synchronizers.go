@@ -22,6 +22,7 @@ var syncTests = []struct {
 	{"PermitSemaphoreLimit", permitSemaphoreLimit},
 	{"PermitLoss", permitLoss},
 	{"CountDownLatch", countDownLatch},
+	{"Election", election},
 }
 
 // permitsKey is the sorted set of a PermitSemaphore's permits taken (Redisson's suffixName rule).
@@ -199,5 +200,69 @@ func countDownLatch(t *testing.T, d *Deployment) {
 	}
 	if keys := d.Keys(t, name); len(keys) != 0 {
 		t.Fatalf("the open latch left %v", keys)
+	}
+}
+
+// Candidates on two Clients lead one at a time, in the order they campaigned, with increasing terms; an
+// observer sees each leader in order; a leader whose renewals stop (its Client closed) is replaced.
+func election(t *testing.T, d *Deployment) {
+	a, b, dead := d.Client(t, fastWatchdog), d.Client(t, fastWatchdog), d.Client(t, fastWatchdog)
+	ctx := testutil.Ctx(t, 30*time.Second)
+	name := d.name("election")
+	leaders, err := b.Election(name).Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := dead.Election(name).Campaign(ctx, "dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type won struct {
+		value string
+		term  uint64
+		err   error
+	}
+	wins := make(chan won, 2)
+	for i, c := range []*relock.Client{a, b} {
+		value := []string{"a", "b"}[i]
+		owner := relock.WithOwner(ctx, "candidate-"+value)
+		go func() {
+			term, err := c.Election(name).Campaign(owner, value)
+			wins <- won{value, term, err}
+			if err == nil {
+				time.Sleep(50 * time.Millisecond)
+				_ = c.Election(name).Resign(owner)
+			}
+		}()
+		time.Sleep(100 * time.Millisecond) // a queues before b
+	}
+	if l, err := a.Election(name).Leader(ctx); err != nil || l.Value != "dead" || l.Term != first {
+		t.Fatalf("Leader = %+v, %v; want the first candidate", l, err)
+	}
+	dead.Close() // dies leading: replaced within about the watchdog timeout
+	want := []won{{"dead", first, nil}}
+	for range 2 {
+		select {
+		case w := <-wins:
+			if w.err != nil || w.term <= want[len(want)-1].term {
+				t.Fatalf("%+v won after %+v", w, want[len(want)-1])
+			}
+			want = append(want, w)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no candidate took over")
+		}
+	}
+	if want[1].value != "a" || want[2].value != "b" {
+		t.Fatalf("leaders %+v: want a, then b", want)
+	}
+	for _, w := range want {
+		select {
+		case l := <-leaders:
+			if l.Value != w.value || l.Term != w.term {
+				t.Fatalf("observed %+v, want %+v", l, w)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the observer did not see %+v", w)
+		}
 	}
 }
