@@ -31,8 +31,12 @@
 //   - Work that must stop when the lock is lost: [Do], or [RLock.HoldContext] and [HoldRisk] (their
 //     examples).
 //   - At most n holders at once, Redisson's RSemaphore: [Client.Semaphore] (Client.Semaphore's example).
+//   - At most n holders at once, whose permits come back when a holder dies, each owned and watched like
+//     a lock: [Client.PermitSemaphore] (Client.PermitSemaphore's example).
 //   - Wait until n things have happened, Redisson's RCountDownLatch: [Client.CountDownLatch]
 //     (Client.CountDownLatch's example).
+//   - One leader among candidates, with a term that fences a replaced leader: [Client.Election]
+//     (Election's example).
 package relock
 
 import (

@@ -403,3 +403,32 @@ func ExampleElection() {
 	// leading: 10.0.0.2:8080
 	// observed: 10.0.0.1:8080 then 10.0.0.2:8080 terms increasing: true
 }
+
+// A semaphore whose permits come back when their holder dies: each permit is kept alive by the watchdog
+// and belongs to the owner that took it.
+func ExampleClient_PermitSemaphore() {
+	ctx := relock.WithOwner(context.Background(), "worker-1")
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	jobs := c.PermitSemaphore("example:jobs")
+	_, _ = jobs.TrySetPermits(ctx, 2)
+
+	permit, err := jobs.Acquire(ctx)
+	if err != nil {
+		panic(err)
+	}
+	work, _ := permit.Context(ctx) // ends with ErrLockLost if the permit is lost
+	_ = work
+	_, _ = jobs.Acquire(ctx)
+	held, _ := jobs.Held(ctx)
+	fmt.Println("permits held by worker-1:", held)
+	err = jobs.Release(ctx, 3)
+	fmt.Println("releasing 3:", errors.Is(err, relock.ErrNotHeld))
+	_ = jobs.Release(ctx, 2) // the longest held first
+	n, _ := jobs.AvailablePermits(ctx)
+	fmt.Println("permits available:", n)
+	// Output:
+	// permits held by worker-1: 2
+	// releasing 3: true
+	// permits available: 2
+}
