@@ -24,8 +24,8 @@ type demoElectionEvent struct {
 	Type string `json:"type"` // see the constants below
 	At   int64  `json:"at"`
 	Term uint64 `json:"term,omitempty"`
-	// wrote: whether the store accepted the write, and its term after the write (rejected: the higher term
-	// that made it reject the write).
+	// wrote: whether the store accepted the write, and the store's term when the write arrived (the
+	// highest term it had accepted).
 	Accepted  bool   `json:"accepted,omitempty"`
 	StoreTerm uint64 `json:"store_term,omitempty"`
 	// lost: the cause of the end of the leadership; error: the error.
@@ -63,11 +63,11 @@ if term < top then
 end
 redis.call('hset', KEYS[1], 'term', ARGV[1], 'value', ARGV[2])
 redis.call('rpush', KEYS[2], 'accepted ' .. ARGV[1] .. ' ' .. top .. ' ' .. ARGV[2])
-return {1, term}
+return {1, top}
 `)
 
 // storeWrite writes to the fenced store as the leader value with term, and returns whether the store
-// accepted it, and the store's term after it.
+// accepted it, and the store's term when the write arrived.
 func (cfg *demoConfig) storeWrite(ctx context.Context, rdb rueidis.Client, term uint64, value string) (bool, uint64, error) {
 	reply, err := demoStoreScript.Exec(ctx, rdb, []string{cfg.Store, cfg.StoreLog},
 		[]string{strconv.FormatUint(term, 10), value}).AsIntSlice()

@@ -36,7 +36,8 @@ const (
 //	writes        the fenced store's log: {"accepted", "rejected", "in_term_order"} (in_term_order: the
 //	              accepted writes' terms never went down)
 //	stale_write   null (the stalled leader wrote nothing after it resumed), or its write after the stall:
-//	              {"value", "term", "store_term", "accepted"} (store_term: the store's term then)
+//	              {"value", "term", "store_term", "accepted"} (store_term: the highest term the store had
+//	              accepted when the write arrived)
 //	stalled_lost  the stalled leader's LeadershipContext ended with ErrLockLost, once it resumed
 //	ok            true when the election did its job: accepted writes in term order, the observer's terms
 //	              increasing and missing no leader, no hand-over slower than 2 watchdog timeouts, the stale
@@ -357,7 +358,7 @@ func (r *electionRun) staleWrite(ctx context.Context, old int, oldTerm uint64) e
 		r.rep.StaleWrite = &demoStaleJSON{Value: demoCandidateValue(old), Term: stale.Term, StoreTerm: stale.StoreTerm,
 			Accepted: stale.Accepted}
 		if stale.Accepted {
-			r.print(evTime(stale), "%s's write with term %d was ACCEPTED (the store is at term %d)", demoCandidateValue(old),
+			r.print(evTime(stale), "%s's write with term %d is ACCEPTED (the store was at term %d)", demoCandidateValue(old),
 				stale.Term, stale.StoreTerm)
 		} else {
 			r.print(evTime(stale), "%s's write with term %d is rejected: the store is at term %d", demoCandidateValue(old),
@@ -561,7 +562,7 @@ func (r *electionRun) judge() {
 		}
 	}
 	if s := rep.StaleWrite; s != nil && s.Accepted {
-		problem("the stalled leader's write with term %d was accepted, the store at term %d", s.Term, s.StoreTerm)
+		problem("the stalled leader's write with term %d was accepted, the store being at term %d", s.Term, s.StoreTerm)
 	}
 	if !rep.StalledLost {
 		problem("the stalled leader was not told that it lost the leadership")
@@ -608,9 +609,9 @@ func (r *electionRun) summary() {
 	case s == nil:
 		fmt.Fprintln(w, "  stale leader:  made no write after it resumed")
 	case s.Accepted:
-		fmt.Fprintf(w, "  stale leader:  its write with term %d was ACCEPTED, the store at term %d\n", s.Term, s.StoreTerm)
+		fmt.Fprintf(w, "  stale leader:  its write with term %d was ACCEPTED, the store being at term %d\n", s.Term, s.StoreTerm)
 	default:
-		fmt.Fprintf(w, "  stale leader:  its write with term %d was rejected, the store at term %d\n", s.Term, s.StoreTerm)
+		fmt.Fprintf(w, "  stale leader:  its write with term %d was rejected, the store being at term %d\n", s.Term, s.StoreTerm)
 	}
 	if rep.OK {
 		fmt.Fprintln(w, "\nOK: one leader at a time, each with a larger term; the store accepted no write from a replaced leader.")
