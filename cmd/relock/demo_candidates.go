@@ -28,8 +28,9 @@ type demoElectionEvent struct {
 	// highest term it had accepted).
 	Accepted  bool   `json:"accepted,omitempty"`
 	StoreTerm uint64 `json:"store_term,omitempty"`
-	// lost: the cause of the end of the leadership; error: the error.
-	Cause string `json:"cause,omitempty"`
+	// lost: the cause of the end of the leadership, and whether it is ErrLockLost; error: the error.
+	Cause    string `json:"cause,omitempty"`
+	LockLost bool   `json:"lock_lost,omitempty"`
 }
 
 // The types of demoElectionEvent.
@@ -117,6 +118,12 @@ func demoCandidate(ctx context.Context, cfg *demoConfig, id int, lc *relock.Clie
 			emit(ev)
 			continue
 		}
+		lost := func() {
+			ev := event(evLost, term)
+			cause := context.Cause(lead)
+			ev.Cause, ev.LockLost = cause.Error(), errors.Is(cause, relock.ErrLockLost)
+			emit(ev)
+		}
 	work:
 		for {
 			if ctx.Err() != nil {
@@ -124,9 +131,7 @@ func demoCandidate(ctx context.Context, cfg *demoConfig, id int, lc *relock.Clie
 				return nil
 			}
 			if lead.Err() != nil {
-				ev := event(evLost, term)
-				ev.Cause = context.Cause(lead).Error()
-				emit(ev)
+				lost()
 				break
 			}
 			tick.Reset(cfg.Tick)

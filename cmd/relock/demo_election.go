@@ -350,7 +350,9 @@ func (r *electionRun) staleWrite(ctx context.Context, old int, oldTerm uint64) e
 		return err
 	}
 	wait := 2*r.d.cfg.Tick + 3*time.Second
-	stale, ok, err := r.next(ctx, wait, func(ev demoElectionEvent) bool { return ev.Type == evWrote && ev.ID == old })
+	stale, ok, err := r.next(ctx, wait, func(ev demoElectionEvent) bool {
+		return ev.Type == evWrote && ev.ID == old && ev.Term == oldTerm
+	})
 	if err != nil {
 		return err
 	}
@@ -375,7 +377,7 @@ func (r *electionRun) staleWrite(ctx context.Context, old int, oldTerm uint64) e
 		r.print(time.Now(), "%s was not told within %v that it lost the leadership", demoCandidateValue(old), r.limit)
 		return nil
 	}
-	r.rep.StalledLost = strings.HasPrefix(lost.Cause, relock.ErrLockLost.Error())
+	r.rep.StalledLost = lost.LockLost
 	r.print(evTime(lost), "%s learns that it lost the leadership (%s), and campaigns again", demoCandidateValue(old), lost.Cause)
 	return r.work(ctx, r.d.flags.duration/2)
 }
@@ -415,19 +417,20 @@ func (r *electionRun) record(event string, old int, oldTerm uint64, won demoElec
 // judge says so if it never does), so that its line comes before the story goes on.
 func (r *electionRun) waitSeen(ctx context.Context, term uint64) error {
 	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		r.mu.Lock()
-		n := len(r.observed)
-		seen := n > 0 && r.observed[n-1].Term >= term
-		r.mu.Unlock()
-		if seen {
-			return nil
-		}
+	for !r.seen(term) && time.Now().Before(deadline) {
 		if _, _, err := r.next(ctx, 2*time.Millisecond, nil); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// seen reports whether the observer has seen term, or a later one.
+func (r *electionRun) seen(term uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.observed)
+	return n > 0 && r.observed[n-1].Term >= term
 }
 
 // work lets the candidates run for d, noting what they do.
@@ -474,17 +477,11 @@ func (r *electionRun) note(ev demoElectionEvent) {
 	}
 }
 
-// waitObserver waits, for a few seconds at most, until the observer has seen the last leader.
+// waitObserver waits, for a few seconds at most, until the observer has seen the last leader, once the
+// candidates have stopped.
 func (r *electionRun) waitObserver(ctx context.Context) {
 	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		r.mu.Lock()
-		n := len(r.observed)
-		seen := n > 0 && r.observed[n-1].Term >= r.term
-		r.mu.Unlock()
-		if seen {
-			return
-		}
+	for !r.seen(r.term) && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
