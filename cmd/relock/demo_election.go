@@ -310,6 +310,16 @@ func (r *electionRun) scenario(ctx context.Context) error {
 		return err
 	}
 	old, oldTerm = r.leader, r.term
+	// The leader stalls just after a write: in the middle of a unit of work, which it finishes when it
+	// resumes, writing with its term. (Stalled during a write, its write would reach Redis before the stall.)
+	if _, ok, err := r.next(ctx, r.limit, func(ev demoElectionEvent) bool {
+		return ev.Type == evWrote && ev.ID == old && ev.Term == oldTerm
+	}); err != nil || !ok {
+		if err == nil {
+			err = fmt.Errorf("%s made no write within %v", demoCandidateValue(old), r.limit)
+		}
+		return err
+	}
 	at = time.Now()
 	r.print(at, "%s stalls (%s accepted with term %d)", demoCandidateValue(old), demoWrites(r.accepted), oldTerm)
 	if err := r.cands.stall(old); err != nil {
@@ -350,8 +360,10 @@ func (r *electionRun) staleWrite(ctx context.Context, old int, oldTerm uint64) e
 		return err
 	}
 	wait := 2*r.d.cfg.Tick + 3*time.Second
+	// Its first write that reaches the store after the new leader's: one that arrived before (it was on
+	// its way when the stall began) is no stale write.
 	stale, ok, err := r.next(ctx, wait, func(ev demoElectionEvent) bool {
-		return ev.Type == evWrote && ev.ID == old && ev.Term == oldTerm
+		return ev.Type == evWrote && ev.ID == old && ev.Term == oldTerm && ev.StoreTerm >= newTerm
 	})
 	if err != nil {
 		return err

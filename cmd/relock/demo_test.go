@@ -590,7 +590,9 @@ func runElectionJSON(t *testing.T, args ...string) demoElectionReport {
 		// In this process the stalled leader's write is held back with its commands: it always has one.
 		t.Errorf("stale_write null: the stalled leader's write was not seen")
 	} else {
-		// A worker process paused just after a write may see its leadership end before its next one.
+		// The demo pauses a worker process just after one of its writes, mid-sleep, so that it writes as soon
+		// as it resumes; a demo a tick late to pause it may catch its next write on the way to Redis, after
+		// which the leader sees its leadership end and writes no more.
 		t.Logf("the paused leader made no write after it resumed (possible, rare): %+v", r)
 	}
 	if !r.StalledLost {
