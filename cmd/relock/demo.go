@@ -113,6 +113,11 @@ func (d *demo) run(ctx context.Context) error {
 	_, _ = rand.Read(id)
 	base := "relock:demo:{" + hex.EncodeToString(id) + "}"
 	d.cfg.Name, d.cfg.Counter, d.cfg.Mirror = base+":lock", base+":counter", base+":mirror"
+	if f.election {
+		d.cfg.Name, d.cfg.Counter, d.cfg.Mirror = base+":election", "", ""
+		d.cfg.Election, d.cfg.Store, d.cfg.StoreLog = true, base+":store", base+":store:log"
+		d.cfg.Tick = electionTick(f.watchdog)
+	}
 
 	mon, closeMon, err := d.cfg.dial(ctx)
 	if err != nil {
@@ -125,6 +130,9 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.report.Server.Version = d.version(ctx)
 	defer d.cleanup(ctx)
+	if f.election {
+		return d.runElection(ctx, note)
+	}
 	d.header(note)
 
 	runner, err := d.newRunner(ctx)
@@ -235,6 +243,11 @@ func (d *demo) keys(i int) []string {
 	// The lock's companions: Redisson's key layout for a name with a hash tag ("prefix:name").
 	ks := []string{name, "redisson_lock_token:" + name, "redisson_lock_queue:" + name, "redisson_lock_timeout:" + name,
 		"relock_lock_alive:" + name}
+	if d.cfg.Election {
+		// The fencing counter (the terms) and the stream of leaders persist by design: the demo removes
+		// them, with the fenced store and its log, and what a release may leave for a moment.
+		return append(ks, "relock_election:"+name, "relock_release:"+name, "relock_undone:"+name, d.cfg.Store, d.cfg.StoreLog)
+	}
 	if i == 0 {
 		ks = append(ks, d.cfg.Counter, d.cfg.Mirror)
 	}

@@ -18,10 +18,12 @@ import (
 
 // demoMsg is a line a worker process writes on its stdout.
 type demoMsg struct {
-	Type  string     `json:"type"` // "ready", "progress", "result" or "error"
+	Type  string     `json:"type"` // "ready", "progress", "result", "event" or "error"
 	N     int64      `json:"n,omitempty"`
 	Stats *demoStats `json:"stats,omitempty"`
 	Error string     `json:"error,omitempty"`
+	// Event is what a candidate did (--election), in an "event" message.
+	Event *demoElectionEvent `json:"event,omitempty"`
 }
 
 // demoPhaseReq is a line the demo writes to a worker process's stdin: run a phase.
@@ -32,7 +34,8 @@ type demoPhaseReq struct {
 
 // procRunner runs workers in worker processes: this executable, run as "relock demo --child", each with a
 // block of the workers. Each reads its demoConfig, then one demoPhaseReq per phase, as JSON lines on
-// stdin, and answers with demoMsg lines on stdout. A worker process whose stdin closes (the demo ended, or
+// stdin, and answers with demoMsg lines on stdout. (With --election, a worker process is one candidate: it
+// reads demoElectionCmd lines, and sends its events in demoMsg lines; see procCandidates.) A worker process whose stdin closes (the demo ended, or
 // died) stops and exits, so none outlives the demo.
 type procRunner struct {
 	children []*demoChild
@@ -254,6 +257,9 @@ func runDemoChild(ctx context.Context, e env) error {
 	var cfg demoConfig
 	if err := json.Unmarshal(sc.Bytes(), &cfg); err != nil || len(cfg.Nodes) == 0 || len(cfg.IDs) == 0 {
 		return fmt.Errorf("%w: --child: bad configuration on stdin", errUsage)
+	}
+	if cfg.Election {
+		return runElectionChild(ctx, &cfg, sc, send)
 	}
 	r, err := newLocalRunner(ctx, &cfg)
 	if err != nil {

@@ -205,6 +205,12 @@ func (d *demo) header(note string) {
 	if f.lock == demoRW {
 		d.say("With --lock rw, workers 0, 2, 4... write (increment) and the others read.\n")
 	}
+	d.serverLine(note)
+	d.say("Lock: %q. Ctrl-C stops the demo.\n", d.cfg.Name)
+}
+
+// serverLine prints which Redis the demo uses, and note when there is one.
+func (d *demo) serverLine(note string) {
 	where := strings.Join(d.cfg.Nodes, ", ")
 	switch d.report.Server.Mode {
 	case embedRedisServer:
@@ -221,7 +227,6 @@ func (d *demo) header(note string) {
 	if note != "" {
 		d.say("Note: %s.\n", note)
 	}
-	d.say("Lock: %q. Ctrl-C stops the demo.\n", d.cfg.Name)
 }
 
 // summary prints the results.

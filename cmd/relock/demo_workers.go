@@ -27,6 +27,12 @@ type demoConfig struct {
 	Pause    time.Duration `json:"pause"`    // between GET and SET
 	IDs      []int         `json:"ids"`      // the workers this process runs
 	Workers  int           `json:"workers"`  // how many workers there are in all
+
+	// --election: Name is the election's, the candidates are the workers.
+	Election bool          `json:"election"`
+	Store    string        `json:"store"`     // the fenced store's key (a hash: term, value)
+	StoreLog string        `json:"store_log"` // the list where the store logs every write, accepted or not
+	Tick     time.Duration `json:"tick"`      // how often a leader writes to the store
 }
 
 // writer reports whether worker id increments the counter (the others read it: rw only).
@@ -41,6 +47,12 @@ type demoNode struct {
 
 // dial connects to every node of cfg, each with its own Client. The caller must call the returned close.
 func (cfg *demoConfig) dial(ctx context.Context) ([]demoNode, func(), error) {
+	return cfg.dialWith(ctx, nil)
+}
+
+// dialWith is dial, with the rueidis client of each node passed through wrap (when not nil) before a relock
+// Client is made on it; the nodes' rdb is what wrap returned.
+func (cfg *demoConfig) dialWith(ctx context.Context, wrap func(rueidis.Client) rueidis.Client) ([]demoNode, func(), error) {
 	var opts relock.Options
 	if cfg.Watchdog > 0 {
 		opts.WatchdogTimeout = cfg.Watchdog
@@ -52,7 +64,7 @@ func (cfg *demoConfig) dial(ctx context.Context) ([]demoNode, func(), error) {
 		}
 	}
 	for _, spec := range cfg.Nodes {
-		n, err := cfg.dialNode(ctx, spec, &opts)
+		n, err := cfg.dialNode(ctx, spec, &opts, wrap)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -62,10 +74,10 @@ func (cfg *demoConfig) dial(ctx context.Context) ([]demoNode, func(), error) {
 	return nodes, closeAll, nil
 }
 
-func (cfg *demoConfig) dialNode(ctx context.Context, spec string, opts *relock.Options) (demoNode, error) {
+func (cfg *demoConfig) dialNode(ctx context.Context, spec string, opts *relock.Options, wrap func(rueidis.Client) rueidis.Client) (demoNode, error) {
 	if !cfg.Single {
 		c := common{redis: spec, timeout: cfg.Timeout}
-		lc, rdb, closeFn, err := c.connect(ctx, opts)
+		lc, rdb, closeFn, err := c.connectWith(ctx, opts, wrap)
 		if err != nil {
 			return demoNode{}, err
 		}
@@ -82,12 +94,16 @@ func (cfg *demoConfig) dialNode(ctx context.Context, spec string, opts *relock.O
 	if err != nil {
 		return demoNode{}, redisError(spec, err)
 	}
-	lc, err := relock.Wrap(rdb, opts)
+	use := rdb
+	if wrap != nil {
+		use = wrap(rdb)
+	}
+	lc, err := relock.Wrap(use, opts)
 	if err != nil {
 		rdb.Close()
 		return demoNode{}, err
 	}
-	return demoNode{lc: lc, rdb: rdb, close: func() { lc.Close(); rdb.Close() }}, nil
+	return demoNode{lc: lc, rdb: use, close: func() { lc.Close(); rdb.Close() }}, nil
 }
 
 // demoLock is a worker's lock: the write (or only) lock, the read lock for rw readers.

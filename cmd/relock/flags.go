@@ -126,6 +126,12 @@ func (c *common) redisOption() (rueidis.ClientOption, error) {
 // connect opens a rueidis client to --redis and wraps it in a relock Client. The caller must call the
 // returned close function. A server that cannot be reached is reported in one line, within --timeout.
 func (c *common) connect(ctx context.Context, opts *relock.Options) (*relock.Client, rueidis.Client, func(), error) {
+	return c.connectWith(ctx, opts, nil)
+}
+
+// connectWith is connect, with the rueidis client passed through wrap (when not nil) before the relock
+// Client is made on it; the rueidis client returned is what wrap returned.
+func (c *common) connectWith(ctx context.Context, opts *relock.Options, wrap func(rueidis.Client) rueidis.Client) (*relock.Client, rueidis.Client, func(), error) {
 	o, err := c.redisOption()
 	if err != nil {
 		return nil, nil, nil, err
@@ -152,12 +158,16 @@ func (c *common) connect(ctx context.Context, opts *relock.Options) (*relock.Cli
 		lo = *opts
 	}
 	lo.ShardedPubSub = mode
-	lc, err := relock.Wrap(rdb, &lo)
+	use := rdb
+	if wrap != nil {
+		use = wrap(rdb)
+	}
+	lc, err := relock.Wrap(use, &lo)
 	if err != nil {
 		rdb.Close()
 		return nil, nil, nil, err
 	}
-	return lc, rdb, func() { lc.Close(); rdb.Close() }, nil
+	return lc, use, func() { lc.Close(); rdb.Close() }, nil
 }
 
 // open bounds ctx by --timeout and connects (see connect); done cancels the one and closes the other.
