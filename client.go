@@ -424,9 +424,11 @@ func (c *Client) goBackground(fn func(ctx context.Context)) bool {
 	return true
 }
 
-// retryUnknown runs call until Redis answers it (a reply, or an error reply), the deadline passes or life
-// ends, and returns the last reply, or -1 when none came. call must be safe to repeat: an attempt whose
-// outcome is unknown may have run.
+// retryUnknown runs call until Redis answers it (a reply, or an error reply that is not transient: a server
+// loading its data after a restart, or a cluster failing over, answers LOADING, TRYAGAIN, CLUSTERDOWN or
+// MASTERDOWN without running it, and is asked again), the deadline passes or life ends, and returns the last
+// reply, or -1 when none came. call must be safe to repeat: an attempt whose outcome is unknown may have
+// run.
 func (c *Client) retryUnknown(life context.Context, deadline time.Time, call func(ctx context.Context) (int64, error)) int64 {
 	for {
 		attemptDeadline := time.Now().Add(retryAttemptTimeout)
@@ -439,7 +441,7 @@ func (c *Client) retryUnknown(life context.Context, deadline time.Time, call fun
 		if err == nil {
 			return n
 		}
-		if !outcomeUnknown(err) || time.Now().After(deadline) {
+		if !outcomeUnknown(err) && !transient(err) || time.Now().After(deadline) {
 			return -1
 		}
 		select {

@@ -72,7 +72,9 @@ func (e *Election) check(ctx context.Context) error {
 //
 // Winning takes two script runs: the lock's acquisition, then the record of the new leader, which checks
 // that the lock is still held. When the record cannot be written (the leadership was lost meanwhile, or
-// Redis failed), Campaign resigns and returns the error.
+// Redis failed), Campaign resigns and returns the error: the candidate does not lead then, even if Redis
+// could not be told yet (the release goes on in the background, and the lock expires if it never gets
+// through).
 func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 	if err := e.check(ctx); err != nil {
 		return 0, wrapErrCtx(ctx, "campaign", e.name, err)
@@ -92,10 +94,22 @@ func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 		err = e.record(ctx, term, value)
 	}
 	if err != nil {
-		_ = e.lock.Unlock(ctx) // releases in the background if ctx has ended
+		e.abandon(ctx)
 		return 0, wrapErrCtx(ctx, "campaign", e.name, err)
 	}
 	return term, nil
+}
+
+// abandon gives up the lock Campaign won but could not record the leader of. It resigns in the background
+// (as Unlock does with an ended context), which ends the hold for the Client at once whatever Redis
+// answers: the watchdog stops renewing it, so the lock is free within the watchdog timeout at worst. An
+// Unlock made here could fail with an error reply (LOADING, while Redis restarts) and leave the candidate
+// holding the lock, renewed, unrecorded, while Campaign reports that it failed; its next Campaign would
+// then return that term at once.
+func (e *Election) abandon(ctx context.Context) {
+	ended, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cancel()
+	_ = e.lock.Unlock(ended)
 }
 
 // record writes the new leader to the stream of leaders, if its owner still holds the lock.

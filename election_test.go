@@ -3,9 +3,11 @@ package relock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
@@ -315,4 +317,69 @@ func TestElectionOnCluster(t *testing.T) {
 	if err := b.Election(name).Resign(bctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A candidate whose Campaign fails after it won the lock (its record could not be written) does not keep
+// the lock, even when its resignation fails too with an error reply, as it does with LOADING while Redis
+// restarts (the fault suite's election scenario saw it): Campaign returned the error while the candidate
+// still held the lock, renewed by its watchdog, so nobody else could lead, and its next Campaign returned
+// the unrecorded term at once. Here an ACL user without XADD and HINCRBY makes the record and the release
+// fail with an error reply, deterministically.
+func TestElectionCampaignFailureGivesUpTheLock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := rawClient(t, srv)
+	var rules []string
+	for _, r := range readmeACL(t) {
+		if r != "+xadd" && r != "+hincrby" {
+			rules = append(rules, r)
+		}
+	}
+	if err := do(t, admin, append([]string{"ACL", "SETUSER", "crippled"}, rules...)...).Error(); err != nil {
+		t.Fatal(err)
+	}
+	do(t, admin, "ACL", "SETUSER", "crippled", ">secret")
+	opts := &relock.Options{WatchdogTimeout: time.Second}
+	crippled, err := relock.New([]string{srv.Addr()}, &relock.Options{WatchdogTimeout: time.Second,
+		Redis: rueidis.ClientOption{Username: "crippled", Password: "secret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { crippled.Close() })
+	other := newClient(t, srv, opts)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const name = "app:failed-campaign"
+	failed := relock.WithOwner(ctx, "failed")
+
+	if term, err := crippled.Election(name).Campaign(failed, "failed"); err == nil {
+		t.Fatalf("Campaign without XADD = %d, nil; want the record's error", term)
+	}
+	if _, err := crippled.Election(name).LeadershipContext(failed); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("LeadershipContext after the failed Campaign = %v, want ErrNotHeld", err)
+	}
+	if term, err := crippled.Election(name).Campaign(failed, "failed"); err == nil {
+		t.Fatalf("Campaign again = %d, nil: a term nobody recorded (Leader: %v)", term, leaderOf(ctx, other, name))
+	}
+	won := make(chan error, 1)
+	go func() {
+		_, err := other.Election(name).Campaign(relock.WithOwner(ctx, "next"), "next")
+		won <- err
+	}()
+	select {
+	case err := <-won:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second): // the failed candidate's hold expires within the watchdog timeout
+		t.Fatal("another candidate did not lead: the failed candidate keeps the lock")
+	}
+	if l, err := other.Election(name).Leader(ctx); err != nil || l.Value != "next" {
+		t.Fatalf("Leader = %+v, %v; want next", l, err)
+	}
+}
+
+// leaderOf describes the current leader of name, for a failure's message.
+func leaderOf(ctx context.Context, c *relock.Client, name string) string {
+	l, err := c.Election(name).Leader(ctx)
+	return fmt.Sprintf("%+v %v", l, err)
 }

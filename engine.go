@@ -271,9 +271,10 @@ func (l *RLock) unlock(ctx context.Context) error {
 
 // releaseInBackground completes, on the Client's lifetime, a release whose outcome Unlock could not learn
 // (its ctx ended before, or while, it was sent; or the connection broke): it sends the request, again and
-// again, until Redis answers or the hold would have expired. A repeated request never releases twice. If
-// it is the owner's last hold, the hold ends at once for the Client: the watchdog stops renewing it and its
-// contexts end with context.Canceled. The owner's next operation on the lock waits for the release.
+// again, until Redis answers (LOADING and the like are no answer: see retryUnknown) or the hold would have
+// expired. A repeated request never releases twice. If it is the owner's last hold, the hold ends at once
+// for the Client: the watchdog stops renewing it and its contexts end with context.Canceled. The owner's
+// next operation on the lock waits for the release.
 func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 	call = repeating(call)
 	after, deadline, done := l.c.holds.unlocking(k)

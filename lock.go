@@ -104,11 +104,12 @@ func (l *RLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, e
 // Unlock always releases, whatever its ctx: `defer l.Unlock(ctx)` is safe after a request's ctx ended.
 // When ctx has ended before the release could be sent, or ends while it is in flight, Unlock returns at once
 // with an error matching ctx.Err(), and the release goes on in the background, on the Client's lifetime:
-// it is sent, and sent again, until Redis answers or the hold would have expired. If it is the owner's last
-// hold, renewal stops at once and the owner's HoldContext is cancelled (context.Canceled) before Unlock
-// returns. The owner's next operation on this lock waits for that release. To learn the release's own
-// outcome (ErrNotHeld, a Redis error), pass a ctx that has not ended, such as context.WithoutCancel(ctx),
-// which keeps the owner it carries.
+// it is sent, and sent again, until Redis answers (a server loading its data, or a cluster failing over,
+// which answers LOADING or TRYAGAIN without running it, is asked again) or the hold would have expired. If
+// it is the owner's last hold, renewal stops at once and the owner's HoldContext is cancelled
+// (context.Canceled) before Unlock returns. The owner's next operation on this lock waits for that
+// release. To learn the release's own outcome (ErrNotHeld, a Redis error), pass a ctx that has not ended,
+// such as context.WithoutCancel(ctx), which keeps the owner it carries.
 //
 // When a release's reply is lost (the connection breaks while it is in flight), Unlock sends the same
 // request again, up to three times while ctx allows, then in the background as above; a repeated request

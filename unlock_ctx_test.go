@@ -3,11 +3,13 @@ package relock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/internal/testutil"
 )
 
 // unlockCase is one lock type for the tests of Unlock with an ended context: how to take and release it,
@@ -225,5 +227,54 @@ func TestCloseLetsBackgroundReleasesLand(t *testing.T) {
 		if n, _ := do(t, rdb, "EXISTS", "closing").AsInt64(); n != 0 {
 			t.Fatal("the lock is still held after Unlock and Close")
 		}
+	}
+}
+
+// A release in the background (Unlock with an ended context) that meets a server loading its data after a
+// restart (LOADING) tries again until it gets through, as a waiter rides out LOADING. It gave up at the
+// error reply: the hold ended for the Client while Redis still had it, so the owner's next Lock was a
+// reentry in Redis, and the Unlock after it left the lock held (the fault suite's election scenario saw it
+// as a Resign that returned nil with the candidate still leading). The server here loads slowly: 2 ms a
+// key, 1000 keys.
+func TestBackgroundReleaseRidesOutLoading(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always",
+		"--key-load-delay", "2000", "--loading-process-events-interval-bytes", "1024")
+	rdb := rawClient(t, srv)
+	do(t, rdb, "DEBUG", "POPULATE", "1000")
+	do(t, rdb, "BGREWRITEAOF") // the keys, in the AOF the restart loads
+	testutil.Eventually(t, 10*time.Second, "the AOF rewritten", func() bool {
+		info, _ := do(t, rdb, "INFO", "persistence").ToString()
+		return strings.Contains(info, "aof_rewrite_in_progress:0") && strings.Contains(info, "aof_rewrite_scheduled:0")
+	})
+	c := newClient(t, srv, &relock.Options{WatchdogTimeout: 10 * time.Second})
+	ctx := relock.WithOwner(ctxTimeout(t, 60*time.Second), "owner")
+	l := c.Lock("loading")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 2*time.Second, "LOADING", func() bool {
+		err := do(t, rdb, "PING").Error()
+		return err != nil && strings.Contains(err.Error(), "LOADING")
+	})
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := l.Unlock(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Unlock with an ended context = %v", err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the data loaded", func() bool { return do(t, rdb, "PING").Error() == nil })
+	// The owner's next Lock waits for the background release; then one Unlock frees the lock.
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := do(t, rdb, "EXISTS", "loading").AsInt64(); n != 0 || err != nil {
+		hold, _ := do(t, rdb, "HGETALL", "loading").ToAny()
+		t.Fatalf("the lock is still held after Lock and Unlock: %v (%v)", hold, err)
 	}
 }

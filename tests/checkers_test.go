@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -256,4 +257,152 @@ func (c *permitChecker) finish() (samples, bad int64, first string, errs int64) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.samples.Load(), c.bad.Load(), c.first, c.errs.Load()
+}
+
+// fencedLogWrite is the fenced store of the election scenario: like fencedWrite it accepts a write only if
+// its term is at least the highest it has accepted, and it also appends every write it accepts, as
+// "<term> <writer>", to a log (KEYS[2]), in the order it accepted them. The log is what the checker reads.
+var fencedLogWrite = rueidis.NewLuaScript(`
+local max = tonumber(redis.call('hget', KEYS[1], 'max') or 0)
+local term = tonumber(ARGV[1])
+if term < max then
+  redis.call('hincrby', KEYS[1], 'rejected', 1)
+  return 0
+end
+redis.call('hset', KEYS[1], 'max', ARGV[1])
+redis.call('hincrby', KEYS[1], 'accepted', 1)
+redis.call('rpush', KEYS[2], ARGV[1] .. ' ' .. ARGV[2])
+return 1`)
+
+// fencedLog is one fenced store with its log of accepted writes, in the hash key and the list key+":log".
+type fencedLog struct {
+	rdb rueidis.Client
+	key string
+}
+
+// write tries a write by writer with term and reports whether the store accepted it.
+func (s fencedLog) write(ctx context.Context, term uint64, writer string) (bool, error) {
+	n, err := fencedLogWrite.Exec(ctx, s.rdb, []string{s.key, s.key + ":log"}, []string{strconv.FormatUint(term, 10), writer}).AsInt64()
+	return n == 1, err
+}
+
+// max returns the highest term the store accepted (0: none yet).
+func (s fencedLog) max(ctx context.Context) (uint64, error) {
+	v, err := s.rdb.Do(ctx, s.rdb.B().Hget().Key(s.key).Field("max").Build()).AsUint64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	return v, err
+}
+
+// accepted returns the writes the store accepted, in the order it accepted them.
+func (s fencedLog) accepted(ctx context.Context) ([]storeWrite, error) {
+	entries, err := s.rdb.Do(ctx, s.rdb.B().Lrange().Key(s.key+":log").Start(0).Stop(-1).Build()).AsStrSlice()
+	if err != nil {
+		return nil, err
+	}
+	writes := make([]storeWrite, 0, len(entries))
+	for _, e := range entries {
+		var w storeWrite
+		if _, err := fmt.Sscanf(e, "%d %s", &w.term, &w.writer); err != nil {
+			return nil, fmt.Errorf("log entry %q: %w", e, err)
+		}
+		writes = append(writes, w)
+	}
+	return writes, nil
+}
+
+// storeWrite is a write a fenced store accepted: the writer's term, and the writer.
+type storeWrite struct {
+	term   uint64
+	writer string
+}
+
+// leaderOf is a leader as an observer delivers it, and as the stream of leaders records it: its term and
+// value (in the election scenario, the candidate's name).
+type leaderOf struct {
+	term  uint64
+	value string
+}
+
+// checkFencedWrites checks a fenced store's accepted writes, in the order it accepted them, against the
+// leaders the election recorded (nil: not checked). It returns what it finds wrong:
+//   - a write accepted with a term below one accepted before it: the store took a write from a leader
+//     after it took one from a later leader, so two leaders' terms were accepted "at once" (interleaved);
+//   - one term accepted from two writers: two leaders held one term;
+//   - a term accepted from a writer the election never recorded as that term's leader.
+func checkFencedWrites(writes []storeWrite, leaders []leaderOf) []string {
+	var wrong []string
+	recorded := make(map[uint64]string, len(leaders))
+	for _, l := range leaders {
+		recorded[l.term] = l.value
+	}
+	writerOf := make(map[uint64]string)
+	var highest storeWrite
+	for i, w := range writes {
+		if w.term < highest.term {
+			wrong = append(wrong, fmt.Sprintf("write %d: term %d by %s accepted after term %d by %s", i, w.term, w.writer, highest.term, highest.writer))
+		} else {
+			highest = w
+		}
+		if prev, ok := writerOf[w.term]; !ok {
+			writerOf[w.term] = w.writer
+			if leaders != nil && recorded[w.term] != w.writer {
+				wrong = append(wrong, fmt.Sprintf("write %d: term %d by %s, recorded as the leader of term %d: %q", i, w.term, w.writer, w.term, recorded[w.term]))
+			}
+		} else if prev != w.writer {
+			wrong = append(wrong, fmt.Sprintf("write %d: term %d by %s, already written by %s", i, w.term, w.writer, prev))
+		}
+	}
+	return wrong
+}
+
+// checkObserved checks observers' sequences of leaders against the sequence recorded (the stream of
+// leaders, read when no candidate is left). The recorded terms must increase strictly. Every observer's
+// sequence must be a run of consecutive recorded leaders (an observer starts with the last leader recorded
+// when it starts, and may be stopped early); an observer in complete must have seen every leader up to the
+// term through (0: to the end).
+func checkObserved(recorded []leaderOf, seqs map[string][]leaderOf, complete map[string]uint64) []string {
+	var wrong []string
+	index := make(map[leaderOf]int, len(recorded))
+	for i, l := range recorded {
+		if i > 0 && l.term <= recorded[i-1].term {
+			wrong = append(wrong, fmt.Sprintf("recorded leader %d: term %d after %d", i, l.term, recorded[i-1].term))
+		}
+		index[l] = i
+	}
+	names := slices.Sorted(maps.Keys(seqs))
+	for _, name := range names {
+		seq := seqs[name]
+		if len(seq) == 0 {
+			if _, ok := complete[name]; ok && len(recorded) > 0 {
+				wrong = append(wrong, fmt.Sprintf("observer %s saw no leader", name))
+			}
+			continue
+		}
+		start, ok := index[seq[0]]
+		if !ok {
+			wrong = append(wrong, fmt.Sprintf("observer %s: first leader %+v was never recorded", name, seq[0]))
+			continue
+		}
+		for i, l := range seq {
+			if start+i >= len(recorded) || recorded[start+i] != l {
+				var want any = "nothing more"
+				if start+i < len(recorded) {
+					want = recorded[start+i]
+				}
+				wrong = append(wrong, fmt.Sprintf("observer %s: leader %d is %+v, recorded %+v", name, i, l, want))
+				break
+			}
+		}
+		if through, ok := complete[name]; ok {
+			if through == 0 && len(recorded) > 0 {
+				through = recorded[len(recorded)-1].term
+			}
+			if last := seq[len(seq)-1]; last.term < through {
+				wrong = append(wrong, fmt.Sprintf("observer %s: last leader %+v, want every one through term %d", name, last, through))
+			}
+		}
+	}
+	return wrong
 }
