@@ -66,9 +66,10 @@ func (e *Election) check(ctx context.Context) error {
 }
 
 // Campaign makes ctx's owner a candidate with value, and returns once it leads, with its term; or when ctx
-// ends, with its error (the candidate leaves the queue then). An owner that leads already gets its term at
-// once. Work done as the leader should run under LeadershipContext, and pass the term to the resources it
-// writes (see WithFencing).
+// ends, with its error (the candidate leaves the queue then). An owner that leads already gets its term,
+// after one script run that makes sure the term is recorded (and changes nothing if it is). Work done as
+// the leader should run under LeadershipContext, and pass the term to the resources it writes (see
+// WithFencing).
 //
 // Winning takes two script runs: the lock's acquisition, then the record of the new leader, which checks
 // that the lock is still held. When the record cannot be written (the leadership was lost meanwhile, or
@@ -84,6 +85,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 		return 0, wrapErrCtx(ctx, "campaign", e.name, err)
 	}
 	if term, err := e.lock.FencingToken(ctx); err == nil {
+		// Leading already: make sure the term is recorded (the record is idempotent).
+		if err := e.record(ctx, term, value); err != nil {
+			return 0, wrapErrCtx(ctx, "campaign", e.name, err)
+		}
 		return term, nil
 	}
 	if err := e.lock.Lock(ctx); err != nil {

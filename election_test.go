@@ -383,3 +383,33 @@ func leaderOf(ctx context.Context, c *relock.Client, name string) string {
 	l, err := c.Election(name).Leader(ctx)
 	return fmt.Sprintf("%+v %v", l, err)
 }
+
+// A Campaign by the leader records its term if the stream lost it (deleted by hand, say), once: Leader
+// finds it again, and a further Campaign adds nothing.
+func TestElectionCampaignWhileLeadingRecordsTheTerm(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := relock.WithOwner(ctxTimeout(t, 10*time.Second), "leader")
+	e := c.Election("rerecord")
+	term, err := e.Campaign(ctx, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(t, rdb, "DEL", "relock_election:{rerecord}")
+	if _, err := e.Leader(ctx); !errors.Is(err, relock.ErrNoLeader) {
+		t.Fatalf("Leader with the stream deleted = %v, want ErrNoLeader", err)
+	}
+	for range 2 {
+		if again, err := e.Campaign(ctx, "v"); again != term || err != nil {
+			t.Fatalf("Campaign by the leader = %d, %v; want %d", again, err, term)
+		}
+	}
+	if l, err := e.Leader(ctx); err != nil || l.Term != term {
+		t.Fatalf("Leader = %+v, %v; want term %d", l, err, term)
+	}
+	if n, _ := do(t, rdb, "XLEN", "relock_election:{rerecord}").AsInt64(); n != 1 {
+		t.Fatalf("%d entries, want 1", n)
+	}
+}
