@@ -434,6 +434,46 @@ func restartEvery(t *testing.T, srv *redistest.Server, rdb rueidis.Client, timeo
 	}
 }
 
+// underRestarts runs 6 workers on the workload's time while restartEvery restarts srv, and returns the
+// restarts made and how many of them found permits taken (timeouts: see restartEvery). Worker g calls
+// hold with a hold time, 20-150 ms (worker 0: 1.2 s, across a restart), until the time is up; hold reports
+// whether it got the permit, and a worker that did not waits 20 ms before it tries again, so as not to spin
+// while the server is down.
+func underRestarts(t *testing.T, srv *redistest.Server, rdb rueidis.Client, timeouts string, ctx context.Context,
+	hold func(ctx context.Context, g int, d time.Duration) bool) (restarts, whileHeld int64) {
+	stop := make(chan struct{})
+	var made, held atomic.Int64
+	var restarting sync.WaitGroup
+	restarting.Add(1)
+	go func() {
+		defer restarting.Done()
+		restartEvery(t, srv, rdb, timeouts, stop, &made, &held)
+	}()
+	end := time.Now().Add(workload(4 * time.Second))
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				d := time.Duration(20+rand.IntN(130)) * time.Millisecond
+				if g == 0 {
+					d = 1200 * time.Millisecond // across a restart
+				}
+				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if !hold(actx, g, d) {
+					time.Sleep(20 * time.Millisecond)
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	restarting.Wait()
+	return made.Load(), held.Load()
+}
+
 // TestPermitsAcrossAOFRestart: goroutines on 2 Clients take and give back permits of an expirable semaphore
 // of 3 (one of them holding each for 1.2 s) while redis-server, persisting every write (AOF, fsync always),
 // is killed and restarted on its port again and again. Permits held across a restart are still held after
@@ -453,48 +493,20 @@ func TestPermitsAcrossAOFRestart(t *testing.T) {
 	}
 	s := &summary{scenario: "permits-aof-restart"}
 	check := checkPermits(rdb, name, "{"+name+"}:timeout", limit)
-	stop := make(chan struct{})
-	var restarts, whileHeld atomic.Int64
-	var restarting sync.WaitGroup
-	restarting.Add(1)
-	go func() {
-		defer restarting.Done()
-		restartEvery(t, srv, rdb, "{"+name+"}:timeout", stop, &restarts, &whileHeld)
-	}()
 	var iv intervals
 	var st permitStats
-	end := time.Now().Add(workload(4 * time.Second))
-	var wg sync.WaitGroup
-	for g := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem := clients[g%2].PermitSemaphore(name)
-			for time.Now().Before(end) {
-				hold := time.Duration(20+rand.IntN(130)) * time.Millisecond
-				if g == 0 {
-					hold = 1200 * time.Millisecond // across a restart
-				}
-				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				if !holdPermit(actx, sem, hold, &iv, &st, nil) {
-					time.Sleep(20 * time.Millisecond) // the server is down: do not spin
-				}
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	close(stop)
-	restarting.Wait()
+	restarts, whileHeld := underRestarts(t, srv, rdb, "{"+name+"}:timeout", ctx, func(ctx context.Context, g int, hold time.Duration) bool {
+		return holdPermit(ctx, clients[g%2].PermitSemaphore(name), hold, &iv, &st, nil)
+	})
 	back, state := permitsBack(clients[0], rdb, name, limit, 6*time.Second)
-	s.ops, s.faults = st.held.Load(), restarts.Load()
+	s.ops, s.faults = st.held.Load(), restarts
 	permitsOutcome(s, check, &iv, &st, limit, back, state)
-	s.note("%d restarts, %d of them with permits taken", restarts.Load(), whileHeld.Load())
+	s.note("%d restarts, %d of them with permits taken", restarts, whileHeld)
 	// The AOF keeps every permit a holder was told it took, and a restart is far shorter than the watchdog
 	// timeout: a permit lost across one is a violation.
 	s.violations += st.lost.Load()
-	if restarts.Load() == 0 || st.held.Load() == 0 {
-		t.Errorf("%d restarts, %d permits taken: the scenario did not run", restarts.Load(), st.held.Load())
+	if restarts == 0 || st.held.Load() == 0 {
+		t.Errorf("%d restarts, %d permits taken: the scenario did not run", restarts, st.held.Load())
 	}
 	s.report(t, true)
 }

@@ -3,9 +3,7 @@ package tests
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -100,43 +98,15 @@ func TestSemaphoreAcrossAOFRestart(t *testing.T) {
 	}
 	s := &summary{scenario: "semaphore-aof-restart"}
 	check := checkPermits(rdb, name, "", limit)
-	stop := make(chan struct{})
-	var restarts, whileHeld atomic.Int64
-	var restarting sync.WaitGroup
-	restarting.Add(1)
-	go func() {
-		defer restarting.Done()
-		restartEvery(t, srv, rdb, "", stop, &restarts, &whileHeld)
-	}()
 	var iv intervals
 	var st semaphoreStats
-	end := time.Now().Add(workload(4 * time.Second))
-	var wg sync.WaitGroup
-	for g := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem := clients[g%2].Semaphore(name)
-			for time.Now().Before(end) {
-				hold := time.Duration(20+rand.IntN(130)) * time.Millisecond
-				if g == 0 {
-					hold = 1200 * time.Millisecond // across a restart
-				}
-				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				if !holdSemaphore(actx, sem, hold, &iv, &st, nil) {
-					time.Sleep(20 * time.Millisecond) // the server is down: do not spin
-				}
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	close(stop)
-	restarting.Wait()
+	restarts, _ := underRestarts(t, srv, rdb, "", ctx, func(ctx context.Context, g int, hold time.Duration) bool {
+		return holdSemaphore(ctx, clients[g%2].Semaphore(name), hold, &iv, &st, nil)
+	})
 	final := semaphoreBack(rdb, name, limit, 5*time.Second)
 	samples, bad, first, errs := check.finish()
 	over, most := iv.beyond(limit)
-	s.ops, s.faults = st.held.Load(), restarts.Load()
+	s.ops, s.faults = st.held.Load(), restarts
 	s.violations = bad + over
 	unknown := st.replyLost.Load() + st.releaseUnknown.Load()
 	s.note("%d atomic samples (%d failed reads), %d bad", samples, errs, bad)
@@ -145,7 +115,7 @@ func TestSemaphoreAcrossAOFRestart(t *testing.T) {
 	}
 	s.note("at most %d of %d holders at once, %d times more", most, limit, over)
 	s.note("%d restarts; %d acquisitions failed, %d of them told their reply was lost; %d releases failed with an unknown outcome, %d surely unsent sent again",
-		restarts.Load(), st.acquireErrs.Load(), st.replyLost.Load(), st.releaseUnknown.Load(), st.releaseRetries.Load())
+		restarts, st.acquireErrs.Load(), st.replyLost.Load(), st.releaseUnknown.Load(), st.releaseRetries.Load())
 	switch {
 	case final == limit:
 		s.note("all %d permits back at the end", limit)
@@ -155,8 +125,8 @@ func TestSemaphoreAcrossAOFRestart(t *testing.T) {
 	default:
 		s.note("%d permits available at the end: %d stranded by calls that failed with an unknown outcome (a semaphore has no owners: nothing tells whether they ran)", final, limit-final)
 	}
-	if restarts.Load() == 0 || st.held.Load() == 0 {
-		t.Errorf("%d restarts, %d permits taken: the scenario did not run", restarts.Load(), st.held.Load())
+	if restarts == 0 || st.held.Load() == 0 {
+		t.Errorf("%d restarts, %d permits taken: the scenario did not run", restarts, st.held.Load())
 	}
 	s.report(t, true)
 }
