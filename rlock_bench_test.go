@@ -3,7 +3,6 @@ package relock_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -14,7 +13,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
-	"github.com/relock-go/relock/internal/luasrc"
 )
 
 // The benchmarks run against the server TestMain starts. Compare them within one run: the floors
@@ -49,13 +47,7 @@ type rawLock struct {
 }
 
 func newRawLock(b *testing.B, rdb rueidis.Client, name, owner string) *rawLock {
-	load := func(name string) *rueidis.Lua {
-		src, err := luasrc.Load(os.DirFS("lua"), name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return rueidis.NewLuaScript(src)
-	}
+	load := func(name string) *rueidis.Lua { return rawScript(b, name) }
 	field := "00000000-0000-0000-0000-000000000000:" + owner
 	return &rawLock{
 		rdb: rdb, acquire: load("rlock_acquire"), release: load("rlock_release"),

@@ -17,13 +17,7 @@ import (
 func BenchmarkSemaphoreRatio(b *testing.B) {
 	rdb, c := benchClient(b)
 	ctx := context.Background()
-	load := func(name string) *rueidis.Lua {
-		src, err := luasrc.Load(os.DirFS("lua"), name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return rueidis.NewLuaScript(src)
-	}
+	load := func(name string) *rueidis.Lua { return rawScript(b, name) }
 	acquire, release := load("semaphore_acquire"), load("semaphore_release")
 	rawKeys := []string{"bench:sem-raw", "redisson_sc:{bench:sem-raw}"}
 	s := c.Semaphore("bench:sem")
@@ -94,13 +88,7 @@ func BenchmarkSemaphoreWakeup(b *testing.B) {
 func BenchmarkPermitSemaphoreRatio(b *testing.B) {
 	rdb, c := benchClient(b)
 	ctx := context.Background()
-	load := func(name string) *rueidis.Lua {
-		src, err := luasrc.Load(os.DirFS("lua"), name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return rueidis.NewLuaScript(src)
-	}
+	load := func(name string) *rueidis.Lua { return rawScript(b, name) }
 	acquire, release := load("permit_acquire"), load("permit_release")
 	rawKeys := []string{"bench:permits-raw", "{bench:permits-raw}:timeout", "redisson_sc:{bench:permits-raw}"}
 	s := c.PermitSemaphore("bench:permits")
@@ -133,4 +121,14 @@ func BenchmarkPermitSemaphoreRatio(b *testing.B) {
 	b.ReportMetric(float64(raw.Microseconds())/n, "raw-µs")
 	b.ReportMetric(float64(sem.Microseconds())/n, "permit-µs")
 	b.ReportMetric(float64(sem)/float64(raw), "permit/raw")
+}
+
+// rawScript loads the library's script called name, to be run raw through rueidis.
+func rawScript(b *testing.B, name string) *rueidis.Lua {
+	b.Helper()
+	src, err := luasrc.Load(os.DirFS("lua"), name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rueidis.NewLuaScript(src)
 }
