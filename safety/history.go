@@ -11,9 +11,10 @@ import (
 // History records critical sections as porcupine operations, timed on this process's monotonic clock.
 // Its methods are safe for concurrent use.
 type History struct {
-	base time.Time
-	mu   sync.Mutex
-	ops  []porcupine.Operation
+	base  time.Time
+	mu    sync.Mutex
+	ops   []porcupine.Operation
+	notes []porcupine.Annotation
 }
 
 // NewHistory starts an empty history; times are counted from now.
@@ -29,6 +30,20 @@ func (h *History) Add(client int, call, ret int64, in Input, out Output) {
 	h.mu.Unlock()
 }
 
+// Annotate records a fault (or any event) from start to end, for the visualization.
+func (h *History) Annotate(tag string, start, end int64, description string) {
+	h.mu.Lock()
+	h.notes = append(h.notes, porcupine.Annotation{Tag: tag, Start: start, End: end, Description: description})
+	h.mu.Unlock()
+}
+
+// Annotations returns a copy of the annotations recorded so far.
+func (h *History) Annotations() []porcupine.Annotation {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.notes)
+}
+
 // Ops returns a copy of the sections recorded so far.
 func (h *History) Ops() []porcupine.Operation {
 	h.mu.Lock()
@@ -36,30 +51,38 @@ func (h *History) Ops() []porcupine.Operation {
 	return slices.Clone(h.ops)
 }
 
-// Overlaps measures the sections that wrote (their write accepted, or of unknown outcome) while a section of
-// another client that also wrote was under way: how many such pairs, and the longest time two of them
-// overlapped. Under mutual exclusion both are zero; a fenced store makes overlaps harmless, not absent.
-func Overlaps(ops []porcupine.Operation) (pairs int, longest time.Duration) {
+// Overlaps measures how sections that wrote (their write accepted, or of unknown outcome) overlapped
+// sections of other clients that also wrote: how many such pairs there are, and the longest window, the
+// time from the start of the first other client's section under way during one section to the end of the
+// last (within that section). Under mutual exclusion both are zero; a fenced store makes overlaps harmless,
+// not absent.
+func Overlaps(ops []porcupine.Operation) (pairs int, window time.Duration) {
 	var writes []porcupine.Operation
 	for _, op := range ops {
 		if out := op.Output.(Output); out.Accepted || out.Unknown {
 			writes = append(writes, op)
 		}
 	}
-	slices.SortFunc(writes, func(a, b porcupine.Operation) int { return int(a.Call - b.Call) })
 	for i, a := range writes {
-		for _, b := range writes[i+1:] {
-			if b.Call > a.Return {
-				break
-			}
-			if a.ClientId == b.ClientId {
+		from, to := int64(-1), int64(-1)
+		for j, b := range writes {
+			if a.ClientId == b.ClientId || b.Call > a.Return || b.Return < a.Call {
 				continue
 			}
-			pairs++
-			longest = max(longest, time.Duration(min(a.Return, b.Return)-b.Call))
+			if j > i {
+				pairs++
+			}
+			start, end := max(a.Call, b.Call), min(a.Return, b.Return)
+			if from < 0 || start < from {
+				from = start
+			}
+			to = max(to, end)
+		}
+		if from >= 0 {
+			window = max(window, time.Duration(to-from))
 		}
 	}
-	return pairs, longest
+	return pairs, window
 }
 
 // Check checks ops against the model (fenced or not) within timeout. The result is porcupine.Unknown when

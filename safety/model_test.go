@@ -107,7 +107,11 @@ func TestOverlaps(t *testing.T) {
 		op(0, 20*ms, 25*ms, 0, 3, 1, "unknown"), // overlaps the second for 5 ms
 		op(2, 40*ms, 50*ms, 0, 4, 3, "accepted"),
 	}
-	if pairs, longest := Overlaps(ops); pairs != 2 || longest != 6*time.Millisecond {
-		t.Fatalf("Overlaps = %d, %v; want 2, 6ms", pairs, longest)
+	// The second section was overlapped from 4 ms (the first) to 25 ms (the third).
+	if pairs, window := Overlaps(ops); pairs != 2 || window != 21*time.Millisecond {
+		t.Fatalf("Overlaps = %d, %v; want 2, 21ms", pairs, window)
+	}
+	if pairs, window := Overlaps(ops[4:]); pairs != 0 || window != 0 {
+		t.Fatalf("Overlaps of one section = %d, %v", pairs, window)
 	}
 }
