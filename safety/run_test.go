@@ -2,10 +2,12 @@ package safety
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,9 +99,30 @@ type round struct {
 	hist   *History
 	faults atomic.Int64
 	fired  atomic.Bool
+	toldWG sync.WaitGroup
 	// faulted is closed when the in-section fault is over.
 	faulted chan struct{}
 	errs    atomic.Int64 // acquisitions and store calls that failed (not violations)
+	// told is how long after the in-section fault began the holder's hold context ended with a loss; -1
+	// when it did not within toldWithin (or ended otherwise: released, the hold having survived).
+	told atomic.Int64
+}
+
+// toldWithin bounds the wait for the holder to be told of a loss after an in-section fault.
+const toldWithin = 5 * time.Second
+
+// watchTold records in r.told when h ends with a loss, counted from start.
+func (r *round) watchTold(h *hold, start time.Time) {
+	r.told.Store(-1)
+	r.toldWG.Go(func() {
+		select {
+		case <-h.ctx.Done():
+			if errors.Is(context.Cause(h.ctx), relock.ErrLockLost) {
+				r.told.Store(int64(time.Since(start)))
+			}
+		case <-time.After(toldWithin):
+		}
+	})
 }
 
 // working spends d in a section, checking every few milliseconds that h is still held, as a correct user
@@ -132,6 +155,7 @@ func (r *round) section(w int, h *hold, store *Store, seq *int64) {
 	held := working(h, r.sc.work)
 	check := true
 	if held && w == 0 && r.sc.inSection != nil && r.fired.CompareAndSwap(false, true) {
+		r.watchTold(h, time.Now())
 		check = r.sc.inSection(r, h)
 		close(r.faulted)
 	}
@@ -177,6 +201,7 @@ type roundResult struct {
 	annotations        []porcupine.Annotation
 	faults, errs       int64
 	readOnly, rejected int64
+	told               time.Duration // see round.told
 }
 
 func (sc *scenario) runRound(t *testing.T, e *env, i int) roundResult {
@@ -214,7 +239,9 @@ func (sc *scenario) runRound(t *testing.T, e *env, i int) roundResult {
 	}
 	stop()
 	wg.Wait()
-	res := roundResult{ops: r.hist.Ops(), annotations: r.hist.Annotations(), faults: r.faults.Load(), errs: r.errs.Load()}
+	r.toldWG.Wait()
+	res := roundResult{ops: r.hist.Ops(), annotations: r.hist.Annotations(), faults: r.faults.Load(), errs: r.errs.Load(),
+		told: time.Duration(r.told.Load())}
 	for _, op := range res.ops {
 		if op.Output.(Output).ReadOnly {
 			res.readOnly++
@@ -242,6 +269,8 @@ func run(t *testing.T, sc scenario) {
 	e := newEnv(t, &sc)
 	s := &summary{scenario: sc.name, kind: string(sc.kind), variant: sc.variant()}
 	var errs int64
+	var told []time.Duration
+	notTold := 0
 	visualized := false
 	start := time.Now()
 	for i := 0; i < sc.rounds || time.Since(start) < *soak; i++ {
@@ -252,6 +281,13 @@ func run(t *testing.T, sc scenario) {
 		s.readOnly += res.readOnly
 		s.rejected += res.rejected
 		errs += res.errs
+		if sc.inSection != nil {
+			if res.told >= 0 {
+				told = append(told, res.told)
+			} else {
+				notTold++
+			}
+		}
 		switch res.result {
 		case porcupine.Illegal:
 			s.violations++
@@ -275,6 +311,13 @@ func run(t *testing.T, sc scenario) {
 		if len(res.ops) == 0 {
 			t.Errorf("round %d recorded no section", i)
 		}
+	}
+	if len(told) > 0 {
+		slices.Sort(told)
+		s.note("holder told of the loss %v to %v after the fault began", told[0].Round(time.Millisecond), told[len(told)-1].Round(time.Millisecond))
+	}
+	if notTold > 0 {
+		s.note("holder not told of a loss in %d rounds", notTold)
 	}
 	if errs > 0 {
 		s.note("%d acquisitions or store calls failed", errs)
