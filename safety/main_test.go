@@ -26,8 +26,20 @@ var (
 // no fault touches.
 var dataAddr string
 
+// parallel is how many scenarios run at once unless -parallel is given: they sleep most of the time (a
+// short run uses a fraction of a core), and the default, GOMAXPROCS, would make the module's run long.
+const parallel = 4
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", fmt.Sprint(parallel)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 	code := func() int {
 		data, err := redistest.StartServer()
 		if err != nil {
