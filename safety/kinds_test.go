@@ -35,11 +35,14 @@ type hold struct {
 type locker func(ctx context.Context) (*hold, error)
 
 // newLocker returns how a worker takes the lock name of kind k on its Clients: one, or one per node of a
-// RedLock.
-func newLocker(k lockKind, fenced bool, clients []*relock.Client, name string) locker {
+// RedLock. With ack, an exclusive lock's acquisitions wait for a replica's acknowledgement (WithReplicaAck).
+func newLocker(k lockKind, fenced, ack bool, clients []*relock.Client, name string) locker {
 	var opts []relock.LockOption
 	if fenced {
 		opts = append(opts, relock.WithFencing())
+	}
+	if ack {
+		opts = append(opts, relock.WithReplicaAck(1, time.Second))
 	}
 	exclusive := func(l *relock.RLock) locker {
 		return func(ctx context.Context) (*hold, error) {

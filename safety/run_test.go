@@ -52,20 +52,29 @@ type scenario struct {
 	inSection func(r *round, h *hold) bool
 	// background, when set, injects faults while the round runs, until stop is closed, and undoes them.
 	background func(r *round, stop <-chan struct{})
+	// orchestrate, when set, drives the round's fault itself (and the workers' gates, see round).
+	orchestrate func(r *round)
+	cluster     bool // the lock's servers are a cluster of 3 masters with a replica each
+	replicaAck  bool // acquisitions wait for a replica's acknowledgement (WithReplicaAck)
 	// after is how long a round goes on after an in-section fault; for background faults, the round's length.
 	after  time.Duration
 	rounds int // rounds in the short version
 }
 
 func (sc *scenario) variant() string {
+	v := "unfenced"
 	if sc.fenced {
-		return "fenced"
+		v = "fenced"
 	}
-	return "unfenced"
+	if sc.replicaAck {
+		v += "+replica-ack"
+	}
+	return v
 }
 
 // env is a scenario's lock servers, and each worker's proxies and Clients to them.
 type env struct {
+	cluster *redistest.Cluster // when the scenario runs on one
 	servers []*redistest.Server
 	proxies [][]*faultnet.Proxy // [worker][server]
 	clients [][]*relock.Client  // [worker][server]
@@ -73,6 +82,14 @@ type env struct {
 }
 
 func newEnv(t *testing.T, sc *scenario) *env {
+	if sc.cluster { // no proxies: a cluster client follows the nodes' own addresses
+		cl := redistest.StartCluster(t, 3, 1)
+		e := &env{cluster: cl, servers: cl.Servers}
+		for range sc.workers {
+			e.clients = append(e.clients, []*relock.Client{testutil.Client(t, cl.Addrs(), &relock.Options{WatchdogTimeout: sc.watchdog})})
+		}
+		return e
+	}
 	e := &env{servers: redistest.StartN(t, sc.servers, sc.serverArgs...)}
 	for range sc.workers {
 		var ps []*faultnet.Proxy
@@ -93,10 +110,13 @@ func newEnv(t *testing.T, sc *scenario) *env {
 
 // round is one run of a scenario's workers on a fresh lock and register.
 type round struct {
-	t      *testing.T
-	sc     *scenario
-	env    *env
-	hist   *History
+	t    *testing.T
+	sc   *scenario
+	env  *env
+	name string // the lock's name
+	hist *History
+	// gates, when set (by an orchestrated scenario), hold each worker back until its gate is closed.
+	gates  []chan struct{}
 	faults atomic.Int64
 	fired  atomic.Bool
 	toldWG sync.WaitGroup
@@ -106,6 +126,16 @@ type round struct {
 	// told is how long after the in-section fault began the holder's hold context ended with a loss; -1
 	// when it did not within toldWithin (or ended otherwise: released, the hold having survived).
 	told atomic.Int64
+	// failedOver is closed when an orchestrated failover is over.
+	failedOver chan struct{}
+	// measures are the round's own durations for the summary, which gives each one's range over the rounds.
+	measures []measure
+}
+
+// measure is a named duration.
+type measure struct {
+	name string
+	d    time.Duration
 }
 
 // toldWithin bounds the wait for the holder to be told of a loss after an in-section fault.
@@ -113,7 +143,6 @@ const toldWithin = 5 * time.Second
 
 // watchTold records in r.told when h ends with a loss, counted from start.
 func (r *round) watchTold(h *hold, start time.Time) {
-	r.told.Store(-1)
 	r.toldWG.Go(func() {
 		select {
 		case <-h.ctx.Done():
@@ -174,6 +203,13 @@ func (r *round) section(w int, h *hold, store *Store, seq *int64) {
 
 // worker takes the lock, runs a section and gives the lock back, until ctx ends.
 func (r *round) worker(ctx context.Context, w int, lk locker, store *Store) {
+	if r.gates != nil {
+		select {
+		case <-r.gates[w]:
+		case <-ctx.Done():
+			return
+		}
+	}
 	var seq int64
 	for ctx.Err() == nil {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -202,6 +238,7 @@ type roundResult struct {
 	faults, errs       int64
 	readOnly, rejected int64
 	told               time.Duration // see round.told
+	measures           []measure
 }
 
 func (sc *scenario) runRound(t *testing.T, e *env, i int) roundResult {
@@ -212,21 +249,32 @@ func (sc *scenario) runRound(t *testing.T, e *env, i int) roundResult {
 		t.Fatal(err)
 	}
 	store := NewStore(dataClient(t), "store:"+name, sc.fenced)
-	r := &round{t: t, sc: sc, env: e, hist: NewHistory(), faulted: make(chan struct{})}
+	r := &round{t: t, sc: sc, env: e, name: name, hist: NewHistory(), faulted: make(chan struct{})}
+	r.told.Store(-1)
+	if sc.orchestrate != nil {
+		r.gates = make([]chan struct{}, sc.workers)
+		for w := range r.gates {
+			r.gates[w] = make(chan struct{})
+		}
+		r.failedOver = make(chan struct{})
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for w := range sc.workers {
-		lk := newLocker(sc.kind, sc.fenced, e.clients[w], name)
+		lk := newLocker(sc.kind, sc.fenced, sc.replicaAck, e.clients[w], name)
 		wg.Go(func() { r.worker(ctx, w, lk, store) })
 	}
-	if sc.inSection != nil {
+	switch {
+	case sc.orchestrate != nil:
+		sc.orchestrate(r)
+	case sc.inSection != nil:
 		select {
 		case <-r.faulted:
 		case <-time.After(30 * time.Second):
 			t.Errorf("round %d: worker 0 never got to the fault", i)
 		}
 		time.Sleep(sc.after)
-	} else {
+	default:
 		done := make(chan struct{})
 		faultsStop := make(chan struct{})
 		go func() {
@@ -241,7 +289,7 @@ func (sc *scenario) runRound(t *testing.T, e *env, i int) roundResult {
 	wg.Wait()
 	r.toldWG.Wait()
 	res := roundResult{ops: r.hist.Ops(), annotations: r.hist.Annotations(), faults: r.faults.Load(), errs: r.errs.Load(),
-		told: time.Duration(r.told.Load())}
+		told: time.Duration(r.told.Load()), measures: r.measures}
 	for _, op := range res.ops {
 		if op.Output.(Output).ReadOnly {
 			res.readOnly++
@@ -270,6 +318,8 @@ func run(t *testing.T, sc scenario) {
 	s := &summary{scenario: sc.name, kind: string(sc.kind), variant: sc.variant()}
 	var errs int64
 	var told []time.Duration
+	ranges := map[string][]time.Duration{}
+	var names []string
 	notTold := 0
 	visualized := false
 	start := time.Now()
@@ -281,6 +331,12 @@ func run(t *testing.T, sc scenario) {
 		s.readOnly += res.readOnly
 		s.rejected += res.rejected
 		errs += res.errs
+		for _, m := range res.measures {
+			if _, ok := ranges[m.name]; !ok {
+				names = append(names, m.name)
+			}
+			ranges[m.name] = append(ranges[m.name], m.d)
+		}
 		if sc.inSection != nil {
 			if res.told >= 0 {
 				told = append(told, res.told)
@@ -311,6 +367,11 @@ func run(t *testing.T, sc scenario) {
 		if len(res.ops) == 0 {
 			t.Errorf("round %d recorded no section", i)
 		}
+	}
+	for _, name := range names {
+		ds := ranges[name]
+		slices.Sort(ds)
+		s.note("%s %v to %v", name, ds[0].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 	}
 	if len(told) > 0 {
 		slices.Sort(told)
