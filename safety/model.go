@@ -85,12 +85,26 @@ func Model(fenced bool) porcupine.Model {
 		DescribeState: func(state any) string {
 			s := state.(State)
 			if s.MaxToken == 0 {
-				return fmt.Sprintf("value %d", s.Value)
+				return "value " + value(s.Value)
 			}
-			return fmt.Sprintf("value %d, highest token %d", s.Value, s.MaxToken)
+			return fmt.Sprintf("value %s, highest token %d", value(s.Value), s.MaxToken)
 		},
 	}
 	return nm.ToModel()
+}
+
+// RegisterValue is the value the seq-th write (from 1) of client writes to a register: unique, and readable
+// in the visualization as c<client>#<seq> (seq below a million).
+func RegisterValue(client int, seq int64) int64 { return int64(client+1)*registerBase + seq }
+
+const registerBase = 1_000_000
+
+// value renders a value: a register's as c<client>#<seq>, a counter's (or the initial 0) as it is.
+func value(v int64) string {
+	if v < registerBase {
+		return fmt.Sprint(v)
+	}
+	return fmt.Sprintf("c%d#%d", v/registerBase-1, v%registerBase)
 }
 
 // Describe renders a section for porcupine's visualization.
@@ -99,13 +113,14 @@ func Describe(in Input, out Output) string {
 	if in.Token != 0 {
 		token = fmt.Sprintf(" [token %d]", in.Token)
 	}
+	read, write := value(out.Read), value(in.Write)
 	switch {
 	case out.ReadOnly:
-		return fmt.Sprintf("read %d, hold ended: no write%s", out.Read, token)
+		return fmt.Sprintf("read %s, hold ended: no write%s", read, token)
 	case out.Unknown:
-		return fmt.Sprintf("read %d, write %d: unknown%s", out.Read, in.Write, token)
+		return fmt.Sprintf("read %s, write %s: unknown%s", read, write, token)
 	case out.Accepted:
-		return fmt.Sprintf("read %d, write %d%s", out.Read, in.Write, token)
+		return fmt.Sprintf("read %s, write %s%s", read, write, token)
 	}
-	return fmt.Sprintf("read %d, write %d rejected%s", out.Read, in.Write, token)
+	return fmt.Sprintf("read %s, write %s rejected%s", read, write, token)
 }

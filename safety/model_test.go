@@ -98,6 +98,23 @@ func TestModel(t *testing.T) {
 	}
 }
 
+func TestDescribe(t *testing.T) {
+	for _, c := range []struct {
+		in   Input
+		out  Output
+		want string
+	}{
+		{Input{Write: RegisterValue(0, 1)}, Output{Accepted: true}, "read 0, write c0#1"},
+		{Input{Token: 7, Write: RegisterValue(2, 3)}, Output{Read: RegisterValue(1, 12)}, "read c1#12, write c2#3 rejected [token 7]"},
+		{Input{Write: 5}, Output{Read: 4, Unknown: true}, "read 4, write 5: unknown"},
+		{Input{Token: 2}, Output{Read: 4, ReadOnly: true}, "read 4, hold ended: no write [token 2]"},
+	} {
+		if got := Describe(c.in, c.out); got != c.want {
+			t.Errorf("Describe(%+v, %+v) = %q, want %q", c.in, c.out, got, c.want)
+		}
+	}
+}
+
 func TestOverlaps(t *testing.T) {
 	ms := int64(time.Millisecond)
 	ops := []porcupine.Operation{

@@ -193,7 +193,7 @@ func (r *round) section(w int, h *hold, store *Store, seq *int64) {
 		return
 	}
 	*seq++
-	v := int64(w+1)<<32 | *seq
+	v := RegisterValue(w, *seq)
 	if r.sc.counter {
 		v = read + 1
 	}

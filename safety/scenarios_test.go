@@ -8,14 +8,14 @@ import (
 // watchdog is the watchdog timeout of the scenarios' Clients: short, so that a fault past it is short too.
 const watchdog = 500 * time.Millisecond
 
-// TestPausedHolder: the holder's links stall, so its renewals fail, and it sleeps past the watchdog timeout
-// between its last check and its write (a GC pause). Another client takes the lock meanwhile. Fenced, the
-// store rejects the stale write and every history is linearizable; unfenced, the stale write lands and the
-// checker finds the violation.
+// TestPausedHolder: the holder's links stall, so its renewals fail, and it sleeps for 3 times the watchdog
+// timeout between its last check and its write (a GC pause). Another client takes the lock meanwhile.
+// Fenced, the store rejects the stale write and every history is linearizable; unfenced, the stale write
+// lands and the checker finds the violation.
 func TestPausedHolder(t *testing.T) {
 	eachKind(t, allKinds, func(k lockKind, fenced bool) scenario {
 		sc := scenario{name: "paused-holder", kind: k, fenced: fenced, expect: mustBeCaught, watchdog: watchdog,
-			fault: 3 * watchdog, inSection: pauseHolder, after: 300 * time.Millisecond}
+			work: 20 * time.Millisecond, fault: 3 * watchdog, inSection: pauseHolder, after: 300 * time.Millisecond}
 		if fenced {
 			sc.expect = mustBeSafe
 		}
