@@ -56,7 +56,8 @@ type scenario struct {
 	orchestrate func(r *round)
 	cluster     bool // the lock's servers are a cluster of 3 masters with a replica each
 	replicaAck  bool // acquisitions wait for a replica's acknowledgement (WithReplicaAck)
-	// after is how long a round goes on after an in-section fault; for background faults, the round's length.
+	// after is how long a round goes on after an in-section fault (after the rejoin, for a failover); for
+	// background faults, the round's length.
 	after  time.Duration
 	rounds int // rounds in the short version
 }

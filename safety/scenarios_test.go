@@ -100,20 +100,21 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	})
 }
 
-// TestServerPause: the lock's server is stopped (SIGSTOP) for 1.5 times the watchdog timeout, every 300 to
-// 600 ms, while the clients contend. Holders see their holds end (renewals fail until the local expiry)
-// before the server, resumed, lets another client in: every history is linearizable, fenced or not.
+// TestServerPause: the lock's server (a RedLock's first node) is stopped (SIGSTOP) for 1.5 times the
+// watchdog timeout, every 300 to 600 ms, while the clients contend. Holders see their holds end (renewals
+// fail until the local expiry) before the server, resumed, lets another client in: every history is
+// linearizable, fenced or not.
 func TestServerPause(t *testing.T) {
-	eachKind(t, []lockKind{kindRLock, kindFairLock, kindPermit, kindElection}, func(k lockKind, fenced bool) scenario {
+	eachKind(t, allKinds, func(k lockKind, fenced bool) scenario {
 		return scenario{name: "server-pause", kind: k, fenced: fenced, expect: mustBeSafe,
 			watchdog: watchdog, work: 5 * time.Millisecond, fault: 3 * watchdog / 2, background: pauseServer, after: 3 * time.Second, rounds: 1}
 	})
 }
 
-// TestClientPause: CLIENT PAUSE ALL on the lock's server for 1.5 times the watchdog timeout, every 300 to
-// 600 ms: every history is linearizable, fenced or not.
+// TestClientPause: CLIENT PAUSE ALL on the lock's server (a RedLock's first node) for 1.5 times the
+// watchdog timeout, every 300 to 600 ms: every history is linearizable, fenced or not.
 func TestClientPause(t *testing.T) {
-	eachKind(t, []lockKind{kindRLock, kindFairLock, kindPermit, kindElection}, func(k lockKind, fenced bool) scenario {
+	eachKind(t, allKinds, func(k lockKind, fenced bool) scenario {
 		return scenario{name: "client-pause", kind: k, fenced: fenced, expect: mustBeSafe,
 			watchdog: watchdog, work: 5 * time.Millisecond, fault: 3 * watchdog / 2, background: clientPause, after: 3 * time.Second, rounds: 1}
 	})
