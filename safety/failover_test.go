@@ -91,11 +91,11 @@ func failover(r *round) {
 	}
 	rejoinedAt := r.hist.Now()
 	time.Sleep(r.sc.after)
-	r.measures = append(r.measures, measure{"replica promoted after", time.Duration(promotedAt - start)},
-		measure{"old master back as a replica after", time.Duration(rejoinedAt - promotedAt)})
+	r.measure("replica promoted after", time.Duration(promotedAt-start))
+	r.measure("old master back as a replica after", time.Duration(rejoinedAt-promotedAt))
 	for _, op := range r.hist.Ops() {
 		if op.ClientId != 0 && op.Call > promotedAt {
-			r.measures = append(r.measures, measure{"another worker's first section after the promotion", time.Duration(op.Call - promotedAt)})
+			r.measure("another worker's first section after the promotion", time.Duration(op.Call-promotedAt))
 			break
 		}
 	}

@@ -130,7 +130,15 @@ type round struct {
 	// failedOver is closed when an orchestrated failover is over.
 	failedOver chan struct{}
 	// measures are the round's own durations for the summary, which gives each one's range over the rounds.
-	measures []measure
+	measuresMu sync.Mutex
+	measures   []measure
+}
+
+// measure records a named duration of the round.
+func (r *round) measure(name string, d time.Duration) {
+	r.measuresMu.Lock()
+	r.measures = append(r.measures, measure{name, d})
+	r.measuresMu.Unlock()
 }
 
 // measure is a named duration.
@@ -290,7 +298,7 @@ func (sc *scenario) runRound(t *testing.T, e *env, i int) roundResult {
 	wg.Wait()
 	r.toldWG.Wait()
 	res := roundResult{ops: r.hist.Ops(), annotations: r.hist.Annotations(), faults: r.faults.Load(), errs: r.errs.Load(),
-		told: time.Duration(r.told.Load()), measures: r.measures}
+		told: time.Duration(r.told.Load()), measures: slices.Clone(r.measures)}
 	for _, op := range res.ops {
 		if op.Output.(Output).ReadOnly {
 			res.readOnly++
@@ -435,9 +443,11 @@ func partitionHolder(r *round, h *hold) bool {
 // working (checking its hold) for the fault's length.
 func restartServer(r *round, h *hold) bool {
 	start := r.hist.Now()
+	began := time.Now()
 	if err := r.env.servers[0].Restart(); err != nil {
 		r.t.Error(err)
 	}
+	r.measure("restart took", time.Since(began))
 	r.faults.Add(1)
 	r.hist.Annotate("fault", start, r.hist.Now(), "lock server restarted")
 	working(h, r.sc.fault)
