@@ -94,7 +94,7 @@ func (s *summary) line() string {
 	if s.unknown > 0 {
 		line += fmt.Sprintf(" undecided=%d", s.unknown)
 	}
-	if s.variant == "fenced" {
+	if strings.HasPrefix(s.variant, "fenced") {
 		line += fmt.Sprintf(" rejected=%d", s.rejected)
 	}
 	if s.readOnly > 0 {

@@ -33,11 +33,13 @@ const (
 
 // scenario is one fault, one lock kind, one variant (fenced or not).
 type scenario struct {
-	name    string
-	kind    lockKind
-	fenced  bool
-	counter bool // the object is a counter (each section writes read+1); else a register (unique values)
-	expect  expectation
+	name   string
+	kind   lockKind
+	fenced bool
+	// writesOnly makes a fenced store fence only the writes (FencedWrites), to show what that loses.
+	writesOnly bool
+	counter    bool // the object is a counter (each section writes read+1); else a register (unique values)
+	expect     expectation
 
 	servers    int      // the lock's servers: 1, or the nodes of a RedLock
 	serverArgs []string // extra redis-server arguments (persistence)
@@ -64,7 +66,10 @@ type scenario struct {
 
 func (sc *scenario) variant() string {
 	v := "unfenced"
-	if sc.fenced {
+	switch {
+	case sc.fenced && sc.writesOnly:
+		v = "fenced-writes-only"
+	case sc.fenced:
 		v = "fenced"
 	}
 	if sc.replicaAck {
@@ -257,7 +262,14 @@ func (sc *scenario) runRound(t *testing.T, e *env, i int) roundResult {
 	if err := setUp(setupCtx, sc.kind, e.clients[0][0], name); err != nil {
 		t.Fatal(err)
 	}
-	store := NewStore(dataClient(t), "store:"+name, sc.fenced)
+	fencing := Unfenced
+	switch {
+	case sc.fenced && sc.writesOnly:
+		fencing = FencedWrites
+	case sc.fenced:
+		fencing = Fenced
+	}
+	store := NewStore(dataClient(t), "store:"+name, fencing)
 	r := &round{t: t, sc: sc, env: e, name: name, hist: NewHistory(), faulted: make(chan struct{})}
 	r.told.Store(-1)
 	if sc.orchestrate != nil {

@@ -23,6 +23,24 @@ func TestPausedHolder(t *testing.T) {
 	})
 }
 
+// TestReadModifyWrite: a counter's read-modify-write, with sections that work 200 ms between the read and
+// the write, and a holder paused for 1.2 times the watchdog timeout, so that its stale write tends to land
+// inside the next holder's section, between its read and its write. A store that fences reads and writes
+// rejects it (the next holder's read registered a higher token): every history must be linearizable. A
+// store that fences only its writes accepts it (no higher token has been written yet), and the next
+// holder's write overwrites it unseen: the checker must find that lost update.
+func TestReadModifyWrite(t *testing.T) {
+	for _, writesOnly := range []bool{false, true} {
+		sc := scenario{name: "read-modify-write", kind: kindRLock, fenced: true, writesOnly: writesOnly, counter: true,
+			expect: mustBeSafe, watchdog: watchdog, work: 200 * time.Millisecond, fault: 6 * watchdog / 5,
+			inSection: pauseHolder, after: 500 * time.Millisecond, rounds: 3}
+		if writesOnly {
+			sc.expect = mustBeCaught
+		}
+		t.Run(sc.variant(), func(t *testing.T) { run(t, sc) })
+	}
+}
+
 // eachKind runs, for each of kinds and each variant it has (fenced when it gives a token, and unfenced), the
 // scenario f returns, as a parallel subtest.
 func eachKind(t *testing.T, kinds []lockKind, f func(k lockKind, fenced bool) scenario) {

@@ -37,25 +37,39 @@ redis.call('hincrby', KEYS[1], 'accepted', 1)
 return 1`)
 )
 
-// Store is the register a critical section reads and writes: fenced (the scripts above) or plain (GET and
-// SET of a string key).
+// Fencing is what a store checks tokens on.
+type Fencing int
+
+const (
+	Unfenced     Fencing = iota // a plain GET and SET of a string key
+	FencedWrites                // writes only (the value is read with a plain HGET): a read-modify-write can lose an update
+	Fenced                      // reads and writes (the scripts above)
+)
+
+// Store is the register a critical section reads and writes.
 type Store struct {
-	rdb    rueidis.Client
-	key    string
-	fenced bool
+	rdb     rueidis.Client
+	key     string
+	fencing Fencing
 }
 
-// NewStore returns the register key on rdb, fenced or not.
-func NewStore(rdb rueidis.Client, key string, fenced bool) *Store {
-	return &Store{rdb: rdb, key: key, fenced: fenced}
+// NewStore returns the register key on rdb, with fencing.
+func NewStore(rdb rueidis.Client, key string, fencing Fencing) *Store {
+	return &Store{rdb: rdb, key: key, fencing: fencing}
 }
 
 // Read returns the register's value (0 when it was never written); a fenced read registers token.
 func (s *Store) Read(ctx context.Context, token uint64) (int64, error) {
-	if s.fenced {
+	var n int64
+	var err error
+	switch s.fencing {
+	case Fenced:
 		return fencedRead.Exec(ctx, s.rdb, []string{s.key}, []string{strconv.FormatUint(token, 10)}).AsInt64()
+	case FencedWrites:
+		n, err = s.rdb.Do(ctx, s.rdb.B().Hget().Key(s.key).Field("value").Build()).AsInt64()
+	default:
+		n, err = s.rdb.Do(ctx, s.rdb.B().Get().Key(s.key).Build()).AsInt64()
 	}
-	n, err := s.rdb.Do(ctx, s.rdb.B().Get().Key(s.key).Build()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}
@@ -64,7 +78,7 @@ func (s *Store) Read(ctx context.Context, token uint64) (int64, error) {
 
 // Write writes v, and reports whether the store accepted it (a plain store always does).
 func (s *Store) Write(ctx context.Context, token uint64, v int64) (bool, error) {
-	if s.fenced {
+	if s.fencing != Unfenced {
 		n, err := fencedWrite.Exec(ctx, s.rdb, []string{s.key}, []string{strconv.FormatUint(token, 10), strconv.FormatInt(v, 10)}).AsInt64()
 		return n == 1, err
 	}
