@@ -67,7 +67,7 @@ func TestLatencySpikes(t *testing.T) {
 	eachKind(t, allKinds, func(k lockKind, fenced bool) scenario {
 		return scenario{name: "latency-spikes", kind: k, fenced: fenced, counter: true, expect: mustBeSafe,
 			watchdog: 1 * time.Second, work: 5 * time.Millisecond, fault: 250 * time.Millisecond,
-			background: latencySpikes, after: 3 * time.Second, rounds: 1}
+			background: latencySpikes, after: 2 * time.Second, rounds: 1}
 	})
 }
 
@@ -125,7 +125,7 @@ func TestRestartWithoutPersistence(t *testing.T) {
 func TestServerPause(t *testing.T) {
 	eachKind(t, allKinds, func(k lockKind, fenced bool) scenario {
 		return scenario{name: "server-pause", kind: k, fenced: fenced, expect: mustBeSafe,
-			watchdog: watchdog, work: 5 * time.Millisecond, fault: 3 * watchdog / 2, background: pauseServer, after: 3 * time.Second, rounds: 1}
+			watchdog: watchdog, work: 5 * time.Millisecond, fault: 3 * watchdog / 2, background: pauseServer, after: 2 * time.Second, rounds: 1}
 	})
 }
 
@@ -134,6 +134,6 @@ func TestServerPause(t *testing.T) {
 func TestClientPause(t *testing.T) {
 	eachKind(t, allKinds, func(k lockKind, fenced bool) scenario {
 		return scenario{name: "client-pause", kind: k, fenced: fenced, expect: mustBeSafe,
-			watchdog: watchdog, work: 5 * time.Millisecond, fault: 3 * watchdog / 2, background: clientPause, after: 3 * time.Second, rounds: 1}
+			watchdog: watchdog, work: 5 * time.Millisecond, fault: 3 * watchdog / 2, background: clientPause, after: 2 * time.Second, rounds: 1}
 	})
 }
