@@ -490,31 +490,33 @@ func latencySpikes(r *round, stop <-chan struct{}) {
 // pauseServer stops the lock's server (SIGSTOP) for the fault's length, every 300 to 600 ms.
 func pauseServer(r *round, stop <-chan struct{}) {
 	srv := r.env.servers[0]
-	for {
-		select {
-		case <-stop:
-			return
-		case <-time.After(time.Duration(300+rand.IntN(300)) * time.Millisecond):
-		}
-		start := r.hist.Now()
+	everyFault(r, stop, "lock server paused", func() error {
 		if err := srv.Pause(); err != nil {
-			r.t.Error(err)
-			return
+			return err
 		}
 		time.Sleep(r.sc.fault)
-		if err := srv.Resume(); err != nil {
-			r.t.Error(err)
-			return
-		}
-		r.hist.Annotate("fault", start, r.hist.Now(), "lock server paused")
-		r.faults.Add(1)
-	}
+		return srv.Resume()
+	})
 }
 
 // clientPause pauses every client of the lock's server (CLIENT PAUSE ... ALL) for the fault's length,
 // every 300 to 600 ms.
 func clientPause(r *round, stop <-chan struct{}) {
 	admin := r.env.admin[0]
+	everyFault(r, stop, "CLIENT PAUSE", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := admin.Do(ctx, admin.B().ClientPause().Timeout(r.sc.fault.Milliseconds()).All().Build()).Error()
+		cancel()
+		if err == nil {
+			time.Sleep(r.sc.fault)
+		}
+		return err
+	})
+}
+
+// everyFault runs fault, which lasts until the fault is over, every 300 to 600 ms until stop, annotating
+// the history with label and counting each; an error fails the round and ends the loop.
+func everyFault(r *round, stop <-chan struct{}, label string, fault func() error) {
 	for {
 		select {
 		case <-stop:
@@ -522,15 +524,11 @@ func clientPause(r *round, stop <-chan struct{}) {
 		case <-time.After(time.Duration(300+rand.IntN(300)) * time.Millisecond):
 		}
 		start := r.hist.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := admin.Do(ctx, admin.B().ClientPause().Timeout(r.sc.fault.Milliseconds()).All().Build()).Error()
-		cancel()
-		if err != nil {
+		if err := fault(); err != nil {
 			r.t.Error(err)
 			return
 		}
-		time.Sleep(r.sc.fault)
-		r.hist.Annotate("fault", start, r.hist.Now(), "CLIENT PAUSE")
+		r.hist.Annotate("fault", start, r.hist.Now(), label)
 		r.faults.Add(1)
 	}
 }
