@@ -398,6 +398,9 @@ type watcher struct {
 	// unnamed is an acquisition whose events came, not reported yet: a reading that is not ahead of the
 	// events names its holder, or its release (del, expired) reports it without.
 	unnamed *watchItem
+	// polledRelease is when a periodic reading, without notifications, reported a release whose message
+	// had not come yet: the message, when it comes soon after, announces that release, not another.
+	polledRelease time.Time
 }
 
 // read reads the lock's state; on an error it prints it (once) and returns false.
@@ -516,9 +519,15 @@ func (w *watcher) poll(ctx context.Context) {
 	if !ok {
 		return
 	}
-	w.emitAll(time.Now(), srcPoll, "", changes(w.prev, st, w.interval), &st)
+	chs := changes(w.prev, st, w.interval)
+	if slices.ContainsFunc(chs, isRelease) {
+		w.polledRelease = time.Now()
+	}
+	w.emitAll(time.Now(), srcPoll, "", chs, &st)
 	w.prev, w.held, w.known, w.mode, w.unnamed = st, st.Locked, st.Holders, st.Mode, nil
 }
+
+func isRelease(ch change) bool { return ch.event == watchEvReleased }
 
 // onRelease handles a release message without notifications: a release happened, whether or not the
 // holder was seen.
@@ -529,7 +538,14 @@ func (w *watcher) onRelease(ctx context.Context, it watchItem) {
 	}
 	trigger := it.channel + " " + it.event
 	chs := changes(w.prev, st, w.interval)
-	if !slices.ContainsFunc(chs, func(ch change) bool { return ch.event == watchEvReleased }) {
+	polled := w.polledRelease
+	w.polledRelease = time.Time{}
+	switch {
+	case slices.ContainsFunc(chs, isRelease):
+	case !polled.IsZero() && it.at.Sub(polled) < max(2*w.interval, 50*time.Millisecond):
+		// A reading already reported the release this message announces (it came between the release and
+		// its message): report only what changed since.
+	default:
 		// The holder released, and the lock was taken again (or it was never seen): say so, then what the
 		// reading shows beyond it.
 		free := w.prev
