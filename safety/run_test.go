@@ -259,8 +259,13 @@ func (sc *scenario) runRound(t *testing.T, e *env, i int) roundResult {
 	name := fmt.Sprintf("%s-%s-%s-%d", sc.name, sc.kind, sc.variant(), i)
 	setupCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := setUp(setupCtx, sc.kind, e.clients[0][0], name); err != nil {
-		t.Fatal(err)
+	// The previous round may have restarted the server: the first call on a Client's broken connection
+	// fails (EOF) and the next reconnects.
+	for err := setUp(setupCtx, sc.kind, e.clients[0][0], name); err != nil; err = setUp(setupCtx, sc.kind, e.clients[0][0], name) {
+		if setupCtx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	fencing := Unfenced
 	switch {
