@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // PermitSemaphore is a semaphore whose permits come back when their holder dies: each permit taken has an
@@ -140,7 +142,8 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 			}
 			s.c.holds.acquired(holdKey{key: s.timeouts, field: id}, acquisition{kind: kindSemaphore, name: s.name, count: 1,
 				lease: lease, sentAt: sentAt, parent: parent, group: holdKey{key: s.timeouts, field: owner},
-				renew: renewal{script: scriptPermitRenew, keys: s.permitKeys[1:2], field: id}})
+				traced: trace.SpanFromContext(ctx).IsRecording(),
+				renew:  renewal{script: scriptPermitRenew, keys: s.permitKeys[1:2], field: id}})
 			permit = &Permit{s: s, id: id}
 			return true, 0, nil
 		})

@@ -404,3 +404,36 @@ func bothPermits(t *testing.T, ctx context.Context, s *relock.PermitSemaphore) (
 	}
 	return p, held
 }
+
+// A permit is traced as a lock's hold is: a relock.hold span from its acquisition to its release.
+func TestPermitHoldIsTraced(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	obs := newObserved(t, 3*time.Second)
+	c := newClient(t, srv, obs.opts)
+	ctx := ctxTimeout(t, 10*time.Second)
+	s := c.PermitSemaphore("traced-permit")
+	if _, err := s.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	holds := obs.ended("relock.hold")
+	if len(holds) != 1 {
+		t.Fatalf("%d relock.hold spans, want 1", len(holds))
+	}
+	var kind string
+	for _, a := range holds[0].Attributes() {
+		if a.Key == relock.AttrLockKind {
+			kind = a.Value.AsString()
+		}
+	}
+	if kind != "semaphore" {
+		t.Fatalf("the hold span's kind is %q, want semaphore", kind)
+	}
+}
