@@ -112,9 +112,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 // holding the lock, renewed, unrecorded, while Campaign reports that it failed; its next Campaign would
 // then return that term at once.
 func (e *Election) abandon(ctx context.Context) {
-	ended, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	cancel()
-	_ = e.lock.Unlock(ended)
+	_ = e.lock.unlockInBackground(ctx) // ctx's owner was resolved by Campaign: this cannot fail
 }
 
 // record writes the new leader to the stream of leaders, if its owner still holds the lock.

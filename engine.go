@@ -219,6 +219,18 @@ func (l *RLock) undoAcquire(k holdKey, ttl time.Duration, attempt string) {
 	}
 }
 
+// unlockInBackground releases ctx's owner's hold in the background, as an Unlock whose ctx has ended does:
+// the hold ends for the Client at once, whatever Redis answers, and the release goes on, on the Client's
+// lifetime, until Redis answers or the hold would have expired.
+func (l *RLock) unlockInBackground(ctx context.Context) error {
+	field, err := l.ownerOf(ctx)
+	if err != nil {
+		return err
+	}
+	l.releaseInBackground(holdKey{key: l.name, field: field}, newRelease(field))
+	return nil
+}
+
 func (l *RLock) unlock(ctx context.Context) error {
 	field, err := l.ownerOf(ctx)
 	if err != nil {
