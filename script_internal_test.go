@@ -1,9 +1,13 @@
 package relock
 
 import (
+	"context"
+	"errors"
+	"io"
 	"io/fs"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relock-go/relock/internal/luasrc"
 )
@@ -37,5 +41,23 @@ func TestScriptIncludes(t *testing.T) {
 		if !used[lib] {
 			t.Errorf("%s is included nowhere", lib)
 		}
+	}
+}
+
+// lateContext is a context whose deadline has passed but whose timer has not fired yet, as on a loaded
+// machine: Err is still nil.
+type lateContext struct{ context.Context }
+
+func (lateContext) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// An error of a call that returns past its context's deadline matches context.DeadlineExceeded, even
+// before the context's timer fires (CI saw EOF from such a call).
+func TestWrapErrCtxPastDeadline(t *testing.T) {
+	err := wrapErrCtx(lateContext{context.Background()}, "holdcount", "x", io.EOF)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, io.EOF) {
+		t.Fatalf("wrapErrCtx past the deadline = %v, want DeadlineExceeded and EOF", err)
+	}
+	if err := wrapErrCtx(context.Background(), "holdcount", "x", io.EOF); errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wrapErrCtx without a deadline = %v", err)
 	}
 }
