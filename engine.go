@@ -159,7 +159,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	}
 	wait := time.Duration(-1)
 	if reply[1] >= 0 {
-		wait = time.Duration(reply[1]) * time.Millisecond
+		wait = durationMillis(reply[1])
 	}
 	if call.join {
 		q.waiting(k, l.kind, sentAt)

@@ -138,7 +138,7 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 				return false, 0, err
 			}
 			if reply[0] != 1 {
-				return false, time.Duration(reply[1]) * time.Millisecond, nil // -1: wait for a release
+				return false, durationMillis(reply[1]), nil // -1: wait for a release
 			}
 			s.c.holds.acquired(holdKey{key: s.timeouts, field: id}, acquisition{kind: kindSemaphore, name: s.name, count: 1,
 				lease: lease, sentAt: sentAt, parent: parent, group: holdKey{key: s.timeouts, field: owner},
