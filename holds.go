@@ -67,10 +67,18 @@ type hold struct {
 	cancel  context.CancelCauseFunc
 	derived map[context.Context]derived
 	span    trace.Span // "relock.hold", from the first acquisition to the release or loss
-	// atRisk is set while renewals are failing (see HoldRisk); riskChanged, made by the first HoldRisk
-	// call after a change, is closed at the next change of atRisk or at the hold's end.
+	// renewFailed is set when a renewal gets no answer, and cleared by the next renewal or acquisition that
+	// extends the hold; confirmed is when the latest of those was sent: the failure of a renewal sent
+	// before it is old news. The hold is at risk while renewFailed is set or its expiry has passed (see
+	// riskLocked, risk.go).
+	renewFailed bool
+	confirmed   time.Time
+	// atRisk is riskLocked's value when last worked out; riskChanged, made by the first HoldRisk call after
+	// a change, is closed at the next change of it or at the hold's end. riskTimer works it out again when
+	// the expiry passes, which no event of the hold marks, while someone waits on riskChanged.
 	atRisk      bool
 	riskChanged chan struct{}
+	riskTimer   *time.Timer
 }
 
 // heldLocked reports whether h is a hold its owner has at now: a hold (not a queue entry) with a count,
@@ -146,10 +154,11 @@ func (w *holdTable) acquired(k holdKey, a acquisition) {
 		ttl = w.timeout
 	}
 	h.ttl = max(h.ttl, ttl)
-	expires := a.sentAt.Add(ttl)
-	if expires.After(h.expiresAt) {
+	if expires := a.sentAt.Add(ttl); expires.After(h.expiresAt) {
 		h.expiresAt = expires
+		h.confirmedLocked(a.sentAt) // the acquisition extended the hold: a renewal's earlier failure is over
 	}
+	w.refreshRiskLocked(h, time.Now())
 	w.scheduleLocked(h, a.sentAt)
 }
 
@@ -249,6 +258,10 @@ func (w *holdTable) endLocked(h *hold, cause error) ending {
 	if h.riskChanged != nil {
 		close(h.riskChanged)
 		h.riskChanged = nil
+	}
+	if h.riskTimer != nil {
+		h.riskTimer.Stop()
+		h.riskTimer = nil
 	}
 	if w.holds[h.key] == h {
 		delete(w.holds, h.key)

@@ -238,7 +238,8 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 			if exp := sentAt.Add(w.timeout); exp.After(h.expiresAt) {
 				h.expiresAt = exp
 			}
-			h.setRiskLocked(false)
+			h.confirmedLocked(sentAt)
+			w.refreshRiskLocked(h, now)
 			w.scheduleLocked(h, sentAt)
 		case !h.renews && !now.Before(h.expiresAt):
 			ended = append(ended, w.endLocked(h, errLeaseExpired))
@@ -252,7 +253,10 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 			// No answer: not a loss until the hold's expiry. Try again soon.
 			if h.renews {
 				failed++
-				if began := h.setRiskLocked(true); !h.keepAlive { // a queue entry is not a hold
+				if !sentAt.Before(h.confirmed) { // not older than the latest renewal or acquisition that extended it
+					h.renewFailed = true
+				}
+				if began := w.refreshRiskLocked(h, now); !h.keepAlive { // a queue entry is not a hold
 					failures = append(failures, renewalFailure{kind: h.kind, name: h.name, owner: h.key.field,
 						expiresIn: h.expiresAt.Sub(now), began: began})
 				}
