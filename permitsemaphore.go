@@ -171,7 +171,7 @@ func (s *PermitSemaphore) release(ctx context.Context, ids ...string) ([]int64, 
 	if err != nil {
 		return nil, err
 	}
-	given, err := s.c.run(ctx, scriptPermitRelease, s.permitKeys, append([]string{publish}, ids...)).AsIntSlice()
+	given, err := s.c.scripts.runInts(ctx, scriptCall{script: scriptPermitRelease, keys: s.permitKeys, args: append([]string{publish}, ids...)})
 	if err == nil && len(given) != len(ids) {
 		err = errUnexpectedReply
 	}
