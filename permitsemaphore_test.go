@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -506,5 +507,60 @@ func TestPermitWaiterBesideRedissonPermitWithoutLease(t *testing.T) {
 				t.Fatalf("the waiter made %d attempts, want 3: it woke before the release", n)
 			}
 		})
+	}
+}
+
+// Permit.Release and PermitSemaphore.Release of the same permit, at once, round after round: one gives it
+// back, the other returns ErrNotHeld, and the permit always ends released: no loss is counted or logged.
+func TestPermitReleaseRace(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	obs := newObserved(t, 3*time.Second)
+	logs := &redistest.OutputBuffer{}
+	obs.opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	c := newClient(t, srv, obs.opts)
+	ctx := relock.WithOwner(ctxTimeout(t, 60*time.Second), "owner")
+	s := c.PermitSemaphore("release-race")
+	if _, err := s.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 200
+	lostRounds := 0
+	for range rounds {
+		p, err := s.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := p.Context(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := make(chan struct{})
+		errs := make(chan error, 2)
+		go func() { <-start; errs <- p.Release(ctx) }()
+		go func() { <-start; errs <- s.Release(ctx, 1) }()
+		close(start)
+		e1, e2 := <-errs, <-errs
+		if !(e1 == nil && errors.Is(e2, relock.ErrNotHeld) || e2 == nil && errors.Is(e1, relock.ErrNotHeld)) {
+			t.Fatalf("the two releases returned %v and %v; want one nil, the other ErrNotHeld", e1, e2)
+		}
+		<-held.Done()
+		if !errors.Is(context.Cause(held), context.Canceled) {
+			lostRounds++
+		}
+	}
+	if lostRounds > 0 {
+		t.Errorf("in %d of %d rounds the permit ended lost, not released", lostRounds, rounds)
+	}
+	if got := obs.metric(t, "relock.losses", relock.AttrLockKind.String("semaphore")); got != 0 {
+		t.Errorf("relock.losses = %d, want 0", got)
+	}
+	for _, r := range logRecords(t, logs) {
+		if r["level"] == "ERROR" {
+			t.Fatalf("a loss was logged: %v", r)
+		}
+	}
+	if n, err := s.AvailablePermits(ctx); n != 1 || err != nil {
+		t.Fatalf("AvailablePermits = %d, %v, want 1", n, err)
 	}
 }

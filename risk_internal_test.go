@@ -10,40 +10,66 @@ import (
 	"github.com/relock-go/relock/internal/redistest"
 )
 
-// lateBatches runs scripts on Redis as its runner does, except for the watchdog's batches, which a test
-// holds: before they are sent (a watchdog starved of CPU, or stuck on its connection), or after Redis
-// answered (a reply processed late).
-type lateBatches struct {
+// hookedRunner runs scripts on Redis as its runner does, and calls the hooks a test sets around them: to
+// hold a watchdog batch before it is sent (a watchdog starved of CPU, or stuck on its connection), or a
+// reply after Redis ran the script (a reply handled late). Each hook runs at the next such call only.
+type hookedRunner struct {
 	runner
-	mu     sync.Mutex
-	before chan struct{} // closed to let batches be sent; nil: sent at once
-	after  chan struct{} // closed to let batches' replies through; nil: at once
+	mu            sync.Mutex
+	batchSent     func() // before a batch is sent
+	batchAnswered func() // after a batch's replies came
+	intAnswered   func() // after the reply of a script replying an integer came (an Unlock's)
+	intsAnswered  func() // after the reply of a script replying integers came (a permit release's)
 }
 
-func (l *lateBatches) runBatch(ctx context.Context, calls []scriptCall) ([][]int64, []error) {
-	l.mu.Lock()
-	before, after := l.before, l.after
-	l.mu.Unlock()
-	if before != nil {
-		<-before
+// take returns the hook *f and clears it.
+func (r *hookedRunner) take(f *func()) func() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fn := *f
+	*f = nil
+	if fn == nil {
+		return func() {}
 	}
-	replies, errs := l.runner.runBatch(ctx, calls)
-	if after != nil {
-		<-after
-	}
+	return fn
+}
+
+// set sets the hook *f.
+func (r *hookedRunner) set(f *func(), fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*f = fn
+}
+
+func (r *hookedRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]int64, []error) {
+	r.take(&r.batchSent)()
+	replies, errs := r.runner.runBatch(ctx, calls)
+	r.take(&r.batchAnswered)()
 	return replies, errs
 }
 
-// newLateClient returns a Client on srv whose watchdog batches lb holds as the test says.
-func newLateClient(t *testing.T, srv *redistest.Server, timeout time.Duration) (*Client, *lateBatches) {
-	c, err := New([]string{srv.Addr()}, &Options{WatchdogTimeout: timeout})
+func (r *hookedRunner) runInt(ctx context.Context, call scriptCall) (int64, error) {
+	n, err := r.runner.runInt(ctx, call)
+	r.take(&r.intAnswered)()
+	return n, err
+}
+
+func (r *hookedRunner) runInts(ctx context.Context, call scriptCall) ([]int64, error) {
+	ns, err := r.runner.runInts(ctx, call)
+	r.take(&r.intsAnswered)()
+	return ns, err
+}
+
+// newHookedClient returns a Client on srv whose scripts go through a hookedRunner.
+func newHookedClient(t *testing.T, srv *redistest.Server, opts *Options) (*Client, *hookedRunner) {
+	c, err := New([]string{srv.Addr()}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	lb := &lateBatches{runner: c.scripts}
-	c.scripts = lb // before any hold: nothing runs a script yet
-	return c, lb
+	r := &hookedRunner{runner: c.scripts}
+	c.scripts = r // before any hold: nothing runs a script yet
+	return c, r
 }
 
 // A hold whose renewal is not sent before its expiry (the watchdog starved) is at risk from its expiry on,
@@ -51,9 +77,9 @@ func newLateClient(t *testing.T, srv *redistest.Server, timeout time.Duration) (
 // at the expiry. The watchdog, once it runs, ends it as lost.
 func TestHoldAtRiskWhenWatchdogStarved(t *testing.T) {
 	srv := redistest.Start(t)
-	c, lb := newLateClient(t, srv, time.Second)
+	c, r := newHookedClient(t, srv, &Options{WatchdogTimeout: time.Second})
 	starved := make(chan struct{})
-	lb.before = starved
+	r.set(&r.batchSent, func() { <-starved })
 	release := sync.OnceFunc(func() { close(starved) })
 	defer release()
 	ctx, cancel := context.WithTimeout(WithOwner(context.Background(), "holder"), 20*time.Second)

@@ -243,6 +243,10 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 			w.scheduleLocked(h, sentAt)
 		case !h.renews && !now.Before(h.expiresAt):
 			ended = append(ended, w.endLocked(h, errLeaseExpired))
+		case results[i] == 0 && h.releases > 0:
+			// Its owner is releasing it: that release may be what removed it. Its outcome decides whether
+			// this was a loss (see holdTable.notHeld); until then the hold is not renewed.
+			h.gone = true
 		case results[i] == 0:
 			gone++
 			ended = append(ended, w.endLocked(h, errHoldGone))
