@@ -159,7 +159,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	}
 	wait := time.Duration(-1)
 	if reply[1] >= 0 {
-		wait = time.Duration(reply[1]) * time.Millisecond
+		wait = durationMillis(reply[1])
 	}
 	if call.join {
 		q.waiting(k, l.kind, sentAt)
@@ -249,6 +249,7 @@ func (l *RLock) unlock(ctx context.Context) error {
 		return l.fail(ctx, "unlock", err)
 	}
 	ctx, span := l.c.tel.startSpan(ctx, "relock.unlock", l.kind, l.name)
+	l.c.holds.releasing(k) // a renewal that finds the hold gone meanwhile waits for this outcome
 	left, err := l.release(ctx, call)
 	if outcomeUnknown(err) {
 		call = repeating(call)
@@ -264,6 +265,7 @@ func (l *RLock) unlock(ctx context.Context) error {
 		if outcomeUnknown(err) {
 			l.releaseInBackground(k, call)
 		}
+		l.c.holds.releaseUnanswered(k)
 		endSpan(span, outcomeError, err)
 		return l.fail(ctx, "unlock", err)
 	}

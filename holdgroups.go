@@ -9,8 +9,10 @@ import (
 // permits of a PermitSemaphore, each a hold of its own (renewed, lost and released on its own), grouped by
 // {the semaphore's "{name}:timeout", owner}. Groups give PermitSemaphore.Release its owner rule: an owner
 // releases permits it holds, the longest held first, and never more than it holds. A group lists the
-// holds that are held and not being released, oldest first; it is kept under holdTable.mu, so a hold
-// leaves its group as it ends, whatever ends it.
+// holds that have not ended and are not being released, oldest first; it is kept under holdTable.mu, so a
+// hold leaves its group as it ends, whatever ends it. A hold past its known expiry stays in its group until
+// the watchdog ends it, but does not count as held (hold.heldLocked): a renewal whose reply comes late
+// may yet show that Redis kept it.
 
 // groupLocked adds h, just acquired, to its group g.
 func (w *holdTable) groupLocked(h *hold, g holdKey) {
@@ -35,42 +37,58 @@ func (w *holdTable) ungroupLocked(h *hold) {
 	}
 }
 
-// takeFromGroup takes the n oldest holds of group g out of it, for their owner to release, and returns
-// their keys. When g has fewer than n it takes none, and returns nil and how many it has.
+// takeFromGroup takes the n oldest held holds of group g out of it, for their owner to release, and
+// returns their keys; each counts as a release under way (see holdTable.releasing). When g has fewer than
+// n held it takes none, and returns nil and how many it has.
 func (w *holdTable) takeFromGroup(g holdKey, n int) ([]holdKey, int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.pruneGroupLocked(g)
-	ks := w.groups[g]
-	if len(ks) < n {
-		return nil, len(ks)
+	now := time.Now()
+	var taken []holdKey
+	for _, k := range w.groups[g] {
+		if len(taken) == n {
+			break
+		}
+		if w.holds[k].heldLocked(now) {
+			taken = append(taken, k)
+		}
 	}
-	taken := slices.Clone(ks[:n])
-	if len(ks) == n {
-		delete(w.groups, g)
-	} else {
-		w.groups[g] = slices.Delete(ks, 0, n)
+	if len(taken) < n {
+		return nil, len(taken)
+	}
+	for _, k := range taken {
+		h := w.holds[k]
+		w.ungroupLocked(h)
+		h.releases++
 	}
 	return taken, n
 }
 
-// takeOne takes the hold k out of its group, for release through its handle.
+// takeOne takes the hold k out of its group, for release through its handle, as a release under way.
 func (w *holdTable) takeOne(k holdKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if h := w.holds[k]; h != nil {
+	if h := w.holds[k]; h != nil && !h.ended {
 		w.ungroupLocked(h)
+		h.releases++
 	}
 }
 
-// regroup puts holds taken out of their group back, in their original order, when their release did not
-// run; those that ended meanwhile stay out.
+// regroup records that the releases of ks, taken out of their group, did not run: each goes back, in its
+// original order, unless it ended meanwhile or another release of it is still under way; and one that
+// Redis said meanwhile was gone (see hold.gone) was lost.
 func (w *holdTable) regroup(ks []holdKey) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	var ended []ending
 	for _, k := range ks {
 		h := w.holds[k]
-		if h == nil || h.ended || h.group == (holdKey{}) || slices.Contains(w.groups[h.group], k) {
+		if h == nil || h.ended || h.releaseSettledLocked() {
+			continue
+		}
+		if ended = append(ended, w.lostIfGoneLocked(h)); h.ended {
+			continue
+		}
+		if h.group == (holdKey{}) || slices.Contains(w.groups[h.group], k) {
 			continue
 		}
 		ks := w.groups[h.group]
@@ -79,24 +97,20 @@ func (w *holdTable) regroup(ks []holdKey) {
 		})
 		w.groups[h.group] = slices.Insert(ks, i, k)
 	}
+	w.mu.Unlock()
+	reportAll(w.c.tel, ended)
 }
 
-// groupSize returns how many holds group g has.
+// groupSize returns how many holds of group g are held (see hold.heldLocked).
 func (w *holdTable) groupSize(g holdKey) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.pruneGroupLocked(g)
-	return len(w.groups[g])
-}
-
-// pruneGroupLocked drops the holds of g that are past their expiry although the watchdog, running late,
-// has not ended them yet (see hold.heldLocked).
-func (w *holdTable) pruneGroupLocked(g holdKey) {
 	now := time.Now()
-	ks := slices.DeleteFunc(w.groups[g], func(k holdKey) bool { return !w.holds[k].heldLocked(now) })
-	if len(ks) == 0 {
-		delete(w.groups, g)
-	} else {
-		w.groups[g] = ks
+	n := 0
+	for _, k := range w.groups[g] {
+		if w.holds[k].heldLocked(now) {
+			n++
+		}
 	}
+	return n
 }

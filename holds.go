@@ -56,6 +56,12 @@ type hold struct {
 	ended      bool
 	keepAlive  bool    // see acquisition.keepAlive
 	group      holdKey // the hold's group, if it has one (see holdgroups.go)
+	// releases counts the releases of the hold by its owner that are under way (see releasing). While there
+	// are any, a reply that the hold is not in Redis (a renewal's, or another of these releases') is no
+	// loss by itself: one of them may have removed it. gone records such a reply: if none of them turns
+	// out to have released the hold, it was lost.
+	releases int
+	gone     bool
 	// settling is closed when the undo of an acquisition whose reply was lost, or the completion of an
 	// unlock whose reply was lost, is over. Until then the owner's next operation on this hold waits, so
 	// the undo or completion sees counts nobody else is changing.
@@ -67,10 +73,18 @@ type hold struct {
 	cancel  context.CancelCauseFunc
 	derived map[context.Context]derived
 	span    trace.Span // "relock.hold", from the first acquisition to the release or loss
-	// atRisk is set while renewals are failing (see HoldRisk); riskChanged, made by the first HoldRisk
-	// call after a change, is closed at the next change of atRisk or at the hold's end.
+	// renewFailed is set when a renewal gets no answer, and cleared by the next renewal or acquisition that
+	// extends the hold; confirmed is when the latest of those was sent: the failure of a renewal sent
+	// before it is old news. The hold is at risk while renewFailed is set or its expiry has passed (see
+	// riskLocked, risk.go).
+	renewFailed bool
+	confirmed   time.Time
+	// atRisk is riskLocked's value when last worked out; riskChanged, made by the first HoldRisk call after
+	// a change, is closed at the next change of it or at the hold's end. riskTimer works it out again when
+	// the expiry passes, which no event of the hold marks, while someone waits on riskChanged.
 	atRisk      bool
 	riskChanged chan struct{}
+	riskTimer   *time.Timer
 }
 
 // heldLocked reports whether h is a hold its owner has at now: a hold (not a queue entry) with a count,
@@ -146,14 +160,36 @@ func (w *holdTable) acquired(k holdKey, a acquisition) {
 		ttl = w.timeout
 	}
 	h.ttl = max(h.ttl, ttl)
-	expires := a.sentAt.Add(ttl)
-	if expires.After(h.expiresAt) {
+	if expires := a.sentAt.Add(ttl); expires.After(h.expiresAt) {
 		h.expiresAt = expires
+		h.confirmedLocked(a.sentAt) // the acquisition extended the hold: a renewal's earlier failure is over
 	}
+	w.refreshRiskLocked(h, time.Now())
 	w.scheduleLocked(h, a.sentAt)
 }
 
-// released records the hold count Redis returned for an unlock; at zero the hold ends.
+// releasing records that the owner is sending a release of k. Its outcome is then recorded by released,
+// notHeld or releaseUnanswered, exactly one of them. (Releases through a hold group count themselves:
+// see takeFromGroup, takeOne.)
+func (w *holdTable) releasing(k holdKey) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.holds[k]; h != nil && !h.ended {
+		h.releases++
+	}
+}
+
+// releaseSettledLocked counts one release of h as over, and reports whether others are still under way.
+func (h *hold) releaseSettledLocked() (others bool) {
+	if h.releases > 0 {
+		h.releases--
+	}
+	return h.releases > 0
+}
+
+// released records the hold count Redis returned for an unlock (or 0 for a release whose outcome is left
+// to the background); at zero the hold ends, released: whatever else said it was gone, its owner's release
+// is what ended it.
 func (w *holdTable) released(k holdKey, left int64) {
 	w.mu.Lock()
 	h := w.holds[k]
@@ -161,25 +197,76 @@ func (w *holdTable) released(k holdKey, left int64) {
 		w.mu.Unlock()
 		return
 	}
+	h.releaseSettledLocked()
 	h.count = left
 	var e ending
-	if left <= 0 && h.settling == nil {
+	switch {
+	case left <= 0 && h.settling == nil:
 		e = w.endLocked(h, context.Canceled)
+	case left > 0 && h.gone: // Redis still has the hold after all
+		h.gone = false
+		w.requeueLocked(h, time.Now())
+	default:
+		e = w.lostIfGoneLocked(h)
 	}
 	w.mu.Unlock()
 	e.report(w.c.tel)
 }
 
-// notHeld records that Redis says the owner does not hold the lock: a hold this Client believed in was
-// lost without the watchdog noticing yet.
+// notHeld records that Redis says the owner does not hold the lock, in reply to a release: a hold this
+// Client believed in was lost without the watchdog noticing yet, unless another release of it by its owner
+// is under way, which may be what removed it: then that one's outcome decides.
 func (w *holdTable) notHeld(k holdKey) {
 	w.mu.Lock()
 	var e ending
-	if h := w.holds[k]; h != nil && h.settling == nil {
-		e = w.endLocked(h, errHoldGone)
+	if h := w.holds[k]; h != nil {
+		h.releaseSettledLocked()
+		h.gone = true
+		e = w.lostIfGoneLocked(h)
 	}
 	w.mu.Unlock()
 	e.report(w.c.tel)
+}
+
+// releaseUnanswered records that a release of k by its owner got no reply that tells the hold's fate: it
+// did not run, or its outcome is being learnt in the background. If Redis said meanwhile that the hold is
+// gone, and no other release of it is under way, it was lost.
+func (w *holdTable) releaseUnanswered(k holdKey) {
+	w.mu.Lock()
+	var e ending
+	if h := w.holds[k]; h != nil {
+		h.releaseSettledLocked()
+		e = w.lostIfGoneLocked(h)
+	}
+	w.mu.Unlock()
+	e.report(w.c.tel)
+}
+
+// lostIfGoneLocked is called when a release of h by its owner is over without ending h. If Redis said
+// meanwhile that h is gone (hold.gone) and no other release of it is under way, none of them removed it:
+// it was lost, and ends now; or, while an operation of its owner settles, the watchdog looks again at once
+// (it left the watchdog's queue when the reply came).
+func (w *holdTable) lostIfGoneLocked(h *hold) ending {
+	if h.ended || h.releases > 0 || !h.gone {
+		return ending{}
+	}
+	if h.settling == nil {
+		return w.endLocked(h, errHoldGone)
+	}
+	h.gone = false
+	w.requeueLocked(h, time.Now())
+	return ending{}
+}
+
+// requeueLocked puts h, out of the watchdog's queue although held, back in it, due now. A placeholder
+// (settle.go) is not a hold to renew.
+func (w *holdTable) requeueLocked(h *hold, now time.Time) {
+	if h.ended || h.index >= 0 || h.inflight || h.acquiredAt.IsZero() {
+		return
+	}
+	h.next = now
+	heap.Push(&w.queue, h)
+	w.wakeLocked()
 }
 
 // token returns the fencing token of the hold k, if it is held and fenced.
@@ -249,6 +336,10 @@ func (w *holdTable) endLocked(h *hold, cause error) ending {
 	if h.riskChanged != nil {
 		close(h.riskChanged)
 		h.riskChanged = nil
+	}
+	if h.riskTimer != nil {
+		h.riskTimer.Stop()
+		h.riskTimer = nil
 	}
 	if w.holds[h.key] == h {
 		delete(w.holds, h.key)

@@ -24,6 +24,7 @@ type fakeRunner struct {
 	mu      sync.Mutex
 	int     func(call scriptCall) (int64, error)
 	acquire func(call scriptCall) ([3]int64, error)
+	ints    func(call scriptCall) ([]int64, error)
 	batch   func(call scriptCall) ([]int64, error) // one run of a batch
 	batches []fakeBatch
 }
@@ -44,6 +45,13 @@ func (f *fakeRunner) runInt(_ context.Context, call scriptCall) (int64, error) {
 func (f *fakeRunner) runAcquire(_ context.Context, call scriptCall) ([3]int64, error) {
 	f.mu.Lock()
 	fn := f.acquire
+	f.mu.Unlock()
+	return fn(call)
+}
+
+func (f *fakeRunner) runInts(_ context.Context, call scriptCall) ([]int64, error) {
+	f.mu.Lock()
+	fn := f.ints
 	f.mu.Unlock()
 	return fn(call)
 }

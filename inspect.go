@@ -245,7 +245,7 @@ func (st *LockState) decodeHolders(fields []string, readTTLs []int64, pttl int64
 
 func newWaiter(owner string, expiresMillis int64) Waiter {
 	id, token := splitOwner(owner)
-	return Waiter{Owner: owner, ClientID: id, Token: token, Expires: time.Duration(expiresMillis) * time.Millisecond}
+	return Waiter{Owner: owner, ClientID: id, Token: token, Expires: durationMillis(expiresMillis)}
 }
 
 // splitOwner splits an owner "<clientID>:<token>" whose client ID is a UUID; any other owner is all

@@ -41,8 +41,8 @@ type SemaphoreState struct {
 	// PermitsExpired is how many of the permits taken have expired: their holders stopped renewing them
 	// (or their lease ran out), and the next acquisition, relock's or Redisson's, gives them back.
 	PermitsExpired int
-	// Permits lists the permits taken, soonest to expire first (the expired ones first), at most the first
-	// 1000.
+	// Permits lists the permits taken, soonest to expire first (the expired ones first, those that never
+	// expire last), at most the first 1000.
 	Permits []PermitInfo
 }
 
@@ -51,8 +51,10 @@ type PermitInfo struct {
 	// ID is the permit's id in hex, as Permit.ID returns it: the member of the permits key, in hex.
 	ID string
 	// Expires is how long the permit lives, by the Redis server's clock, unless its holder's watchdog
-	// renews it (every watchdog timeout/3; a leased permit is never renewed). Zero or less means it has
-	// expired: it counts as taken until the next acquisition gives it back.
+	// renews it (every watchdog timeout/3; a leased permit is never renewed). NoExpiry means it never
+	// expires: Redisson took it without a lease, and only its release gives it back. Otherwise zero or
+	// less means it has expired: it counts as taken until the next acquisition gives it back. A permit
+	// further away than a Duration reaches shows the largest Duration.
 	Expires time.Duration
 }
 
@@ -124,8 +126,11 @@ func (st *SemaphoreState) decode(reply []rueidis.RedisMessage) error {
 		if err != nil {
 			return errUnexpectedReply
 		}
-		st.Permits = append(st.Permits, PermitInfo{ID: hex.EncodeToString([]byte(permits[i])),
-			Expires: time.Duration(int64(expiry)-now) * time.Millisecond})
+		expires := NoExpiry
+		if expiry < redissonNoExpiry {
+			expires = millisUntil(expiry, now)
+		}
+		st.Permits = append(st.Permits, PermitInfo{ID: hex.EncodeToString([]byte(permits[i])), Expires: expires})
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -259,4 +260,41 @@ func snapshot(t *testing.T, rdb rueidis.Client) []string {
 		}
 	}
 	return out
+}
+
+// A permit Redisson took without a lease (scored 922337203685477, its mark for "no lease") never expires:
+// InspectSemaphore says so (NoExpiry), rather than a Duration wrapped around to -498790h. A permit further
+// away than a Duration reaches shows the largest Duration, not a wrapped one.
+func TestInspectSemaphoreRedissonPermitWithoutLease(t *testing.T) {
+	onEach(t, func(t *testing.T, d *deployment) {
+		c := d.client(t, nil)
+		rdb := d.raw(t)
+		ctx := ctxTimeout(t, 10*time.Second)
+		name := d.name("inspect-no-lease")
+		timeouts := "{" + name + "}:timeout"
+		if _, err := c.PermitSemaphore(name).TrySetPermits(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		// Three Redisson clients took a permit each, as its RPermitExpirableSemaphore writes them: one with a
+		// lease of a minute, one of 600 years (past a Duration's 292), and one without a lease.
+		now := time.Now().UnixMilli()
+		do(t, rdb, "DECRBY", name, "3")
+		do(t, rdb, "ZADD", timeouts, strconv.FormatInt(now+time.Minute.Milliseconds(), 10), "minute-lease-id1")
+		do(t, rdb, "ZADD", timeouts, strconv.FormatInt(now+600*365*24*time.Hour.Milliseconds(), 10), "far-lease-id-16b")
+		do(t, rdb, "ZADD", timeouts, "922337203685477", "no-lease-id-16by")
+
+		st := inspectSemaphore(t, c, name)
+		if st.PermitsTaken != 3 || st.PermitsExpired != 0 || len(st.Permits) != 3 {
+			t.Fatalf("3 permits taken, none expired: %+v", st)
+		}
+		if p := st.Permits[0]; p.ID != hex.EncodeToString([]byte("minute-lease-id1")) || p.Expires <= 50*time.Second || p.Expires > time.Minute {
+			t.Errorf("the permit leased for a minute: %+v", p)
+		}
+		if p := st.Permits[1]; p.ID != hex.EncodeToString([]byte("far-lease-id-16b")) || p.Expires != math.MaxInt64 {
+			t.Errorf("the permit leased for 600 years: %+v (%v), want the largest Duration", p, p.Expires)
+		}
+		if p := st.Permits[2]; p.ID != hex.EncodeToString([]byte("no-lease-id-16by")) || p.Expires != relock.NoExpiry {
+			t.Errorf("the permit taken without a lease: %+v (%v), want NoExpiry", p, p.Expires)
+		}
+	})
 }

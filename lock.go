@@ -240,7 +240,7 @@ func pttlToDuration(ms int64) time.Duration {
 	case ms < 0:
 		return 0
 	}
-	return time.Duration(ms) * time.Millisecond
+	return durationMillis(ms)
 }
 
 func (l *RLock) holdCount(ctx context.Context, op string) (int, error) {

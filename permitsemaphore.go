@@ -138,7 +138,7 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 				return false, 0, err
 			}
 			if reply[0] != 1 {
-				return false, time.Duration(reply[1]) * time.Millisecond, nil // -1: wait for a release
+				return false, durationMillis(reply[1]), nil // -1: wait for a release
 			}
 			s.c.holds.acquired(holdKey{key: s.timeouts, field: id}, acquisition{kind: kindSemaphore, name: s.name, count: 1,
 				lease: lease, sentAt: sentAt, parent: parent, group: holdKey{key: s.timeouts, field: owner},
@@ -171,7 +171,7 @@ func (s *PermitSemaphore) release(ctx context.Context, ids ...string) ([]int64, 
 	if err != nil {
 		return nil, err
 	}
-	given, err := s.c.run(ctx, scriptPermitRelease, s.permitKeys, append([]string{publish}, ids...)).AsIntSlice()
+	given, err := s.c.scripts.runInts(ctx, scriptCall{script: scriptPermitRelease, keys: s.permitKeys, args: append([]string{publish}, ids...)})
 	if err == nil && len(given) != len(ids) {
 		err = errUnexpectedReply
 	}
@@ -179,7 +179,8 @@ func (s *PermitSemaphore) release(ctx context.Context, ids ...string) ([]int64, 
 }
 
 // settle records the outcome of releasing the permits ks in the hold table and returns how many were not
-// taken any more (lost before the release).
+// taken any more (lost before the release, or released by another release of their owner's: the hold
+// table tells which).
 func (s *PermitSemaphore) settle(ks []holdKey, given []int64) (lost int) {
 	for i, k := range ks {
 		if given[i] == 0 {
@@ -231,9 +232,10 @@ func (s *PermitSemaphore) releaseHolds(ctx context.Context, op string, ks []hold
 // one script run, and wakes waiters. n must be at least 1 (ErrInvalidPermits). When the owner holds fewer
 // than n permits it returns an error matching ErrNotHeld and gives nothing back: permits the owner gave
 // back already or lost (see Permit.Context) do not count. A permit lost in the instant before the release
-// ran is not given back twice: the others are, and the error matches ErrNotHeld. As with Unlock, a ctx
-// that has ended, or a release whose reply was lost, returns an error and leaves the release to complete
-// in the background: the permits are not the owner's any more.
+// ran, or given back meanwhile by its Permit.Release, is not given back twice: the others are, and the
+// error matches ErrNotHeld. As with Unlock, a ctx that has ended, or a release whose reply was lost,
+// returns an error and leaves the release to complete in the background: the permits are not the owner's
+// any more.
 func (s *PermitSemaphore) Release(ctx context.Context, n int) error {
 	if err := s.c.check(); err != nil {
 		return wrapErrCtx(ctx, "release", s.name, err)
@@ -257,7 +259,7 @@ func (s *PermitSemaphore) Release(ctx context.Context, n int) error {
 	case err != nil:
 		return wrapErrCtx(ctx, "release", s.name, err)
 	case lost > 0:
-		return wrapErrCtx(ctx, "release", s.name, fmt.Errorf("%w: %d of the %d permits were lost before the release", ErrNotHeld, lost, n))
+		return wrapErrCtx(ctx, "release", s.name, fmt.Errorf("%w: %d of the %d permits were not taken any more (lost, or released by their Permit.Release meanwhile)", ErrNotHeld, lost, n))
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"strconv"
 	"testing"
 	"time"
@@ -435,5 +436,131 @@ func TestPermitHoldIsTraced(t *testing.T) {
 	}
 	if kind != "semaphore" {
 		t.Fatalf("the hold span's kind is %q, want semaphore", kind)
+	}
+}
+
+// A waiter for a permit sleeps until a release while every permit taken is one that does not expire, or
+// expires further away than a Duration reaches: Redisson's permit without a lease (scored 922337203685477),
+// or one with a lease of 584 years (whose time left in ms, times 10^6, wrapped around int64 to under a
+// second). It makes no attempt between its subscription and the release, and the release wakes it.
+func TestPermitWaiterBesideRedissonPermitWithoutLease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	noLease := func() string { return "922337203685477" }
+	// 2^64 ns is 18446744073709.551616 ms: a permit 18446744073709 ms + 1 s away was read as 999.4 ms, and
+	// the waiter tried again every time that much less than a second.
+	wraps := func() string { return strconv.FormatInt(time.Now().UnixMilli()+18446744073709+1000, 10) }
+	for _, tc := range []struct {
+		name  string
+		score func() string
+	}{{"no-lease", noLease}, {"wrapping-lease", wraps}} {
+		t.Run(tc.name, func(t *testing.T) {
+			obs := newObserved(t, 3*time.Second)
+			c := newClient(t, srv, obs.opts)
+			ctx := ctxTimeout(t, 20*time.Second)
+			name := "waiter-beside-" + tc.name
+			s := c.PermitSemaphore(name)
+			if _, err := s.TrySetPermits(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			// A Redisson client took the only permit.
+			do(t, rdb, "DECRBY", name, "1")
+			do(t, rdb, "ZADD", "{"+name+"}:timeout", tc.score(), "java-permit-id-16")
+			got := make(chan error, 1)
+			go func() {
+				p, err := s.Acquire(ctx)
+				if err == nil {
+					err = p.Release(ctx)
+				}
+				got <- err
+			}()
+			eventually(t, 5*time.Second, "the waiter's subscription", func() bool {
+				return numsub(t, rdb, "redisson_sc:{"+name+"}") == 1
+			})
+			time.Sleep(1500 * time.Millisecond) // a waiter that wakes before the release would try here
+			select {
+			case err := <-got:
+				t.Fatalf("Acquire returned while the permit was taken: %v", err)
+			default:
+			}
+			// The Redisson client releases its permit as its release script does.
+			if n, _ := do(t, rdb, "ZREM", "{"+name+"}:timeout", "java-permit-id-16").AsInt64(); n != 1 {
+				t.Fatal("the Redisson permit was not there to release")
+			}
+			do(t, rdb, "INCRBY", name, "1")
+			do(t, rdb, "PUBLISH", "redisson_sc:{"+name+"}", "1")
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the release did not wake the waiter")
+			}
+			spans := obs.ended("relock.acquire")
+			if len(spans) != 1 {
+				t.Fatalf("%d relock.acquire spans, want 1", len(spans))
+			}
+			// The first attempt, the one after subscribing, the one after the release.
+			if n := attrOf(spans[0], relock.AttrAttempts).AsInt64(); n != 3 {
+				t.Fatalf("the waiter made %d attempts, want 3: it woke before the release", n)
+			}
+		})
+	}
+}
+
+// Permit.Release and PermitSemaphore.Release of the same permit, at once, round after round: one gives it
+// back, the other returns ErrNotHeld, and the permit always ends released: no loss is counted or logged.
+func TestPermitReleaseRace(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	obs := newObserved(t, 3*time.Second)
+	logs := &redistest.OutputBuffer{}
+	obs.opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	c := newClient(t, srv, obs.opts)
+	ctx := relock.WithOwner(ctxTimeout(t, 60*time.Second), "owner")
+	s := c.PermitSemaphore("release-race")
+	if _, err := s.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 200
+	lostRounds := 0
+	for range rounds {
+		p, err := s.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := p.Context(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := make(chan struct{})
+		errs := make(chan error, 2)
+		go func() { <-start; errs <- p.Release(ctx) }()
+		go func() { <-start; errs <- s.Release(ctx, 1) }()
+		close(start)
+		e1, e2 := <-errs, <-errs
+		if !(e1 == nil && errors.Is(e2, relock.ErrNotHeld) || e2 == nil && errors.Is(e1, relock.ErrNotHeld)) {
+			t.Fatalf("the two releases returned %v and %v; want one nil, the other ErrNotHeld", e1, e2)
+		}
+		<-held.Done()
+		if !errors.Is(context.Cause(held), context.Canceled) {
+			lostRounds++
+		}
+	}
+	if lostRounds > 0 {
+		t.Errorf("in %d of %d rounds the permit ended lost, not released", lostRounds, rounds)
+	}
+	if got := obs.metric(t, "relock.losses", relock.AttrLockKind.String("semaphore")); got != 0 {
+		t.Errorf("relock.losses = %d, want 0", got)
+	}
+	for _, r := range logRecords(t, logs) {
+		if r["level"] == "ERROR" {
+			t.Fatalf("a loss was logged: %v", r)
+		}
+	}
+	if n, err := s.AvailablePermits(ctx); n != 1 || err != nil {
+		t.Fatalf("AvailablePermits = %d, %v, want 1", n, err)
 	}
 }

@@ -10,15 +10,18 @@ import (
 
 // HoldRisk reports whether the hold behind ctx, a context returned by the HoldContext of an RLock,
 // FairLock, ReadLock or WriteLock, is at risk: the watchdog could not renew it (Redis did not answer in
-// time) and no renewal has succeeded since, so it may be lost when its last known expiry passes (Validity
-// says how soon). Unlike a loss, being at risk can end: the next renewal that succeeds ends it. A holder
+// time) and nothing has extended it since (a renewal, or a reentrant acquisition), so it may be lost when
+// its last known expiry passes (Validity says how soon); or that expiry has passed with no renewal heard
+// of (the watchdog ran late: the process was paused or starved of CPU), so it may be lost already. Unlike
+// a loss, being at risk can end: the next renewal or acquisition that extends the hold ends it. A holder
 // that must not act on a lock it may no longer have stops at risk; one that can afford to wait stops when
 // ctx ends.
 //
-// changed is closed at the next change: when the hold becomes at risk, when that ends, or when the hold
-// ends (ctx is then done, with the hold's end as cause). HoldRisk returns ErrNotHeld when ctx is not such
-// a context, or its hold has ended. The metric relock.at_risk counts the holds that became at risk, and
-// Options.Logger logs each failed renewal.
+// changed is closed at the next change: when the hold becomes at risk (a renewal fails, or its expiry
+// passes), when that ends, or when the hold ends (ctx is then done, with the hold's end as cause).
+// HoldRisk returns ErrNotHeld when ctx is not such a context, or its hold has ended. The metric
+// relock.at_risk counts the holds that became at risk through failed renewals, and Options.Logger logs
+// each failed renewal.
 func HoldRisk(ctx context.Context) (atRisk bool, changed <-chan struct{}, err error) {
 	ref, ok := ctx.Value(holdRefKey{}).(holdRef)
 	if !ok {
@@ -30,8 +33,13 @@ func HoldRisk(ctx context.Context) (atRisk bool, changed <-chan struct{}, err er
 	if h.ended {
 		return false, nil, ErrNotHeld
 	}
+	now := time.Now()
+	w.refreshRiskLocked(h, now)
 	if h.riskChanged == nil {
 		h.riskChanged = make(chan struct{})
+	}
+	if !h.atRisk {
+		w.watchExpiryLocked(h, now)
 	}
 	return h.atRisk, h.riskChanged, nil
 }
@@ -44,9 +52,26 @@ type holdRef struct {
 	h *hold
 }
 
-// setRiskLocked marks h at risk or not, and reports whether that changed.
-func (h *hold) setRiskLocked(atRisk bool) bool {
-	if h.atRisk == atRisk {
+// riskLocked reports whether h is at risk at now, from what the Client knows of it: the last renewal got
+// no answer, or the expiry it knows has passed.
+func (h *hold) riskLocked(now time.Time) bool {
+	return h.renewFailed || !now.Before(h.expiresAt)
+}
+
+// confirmedLocked records that a renewal or acquisition sent at sentAt extended h: a renewal's failure
+// before it is over.
+func (h *hold) confirmedLocked(sentAt time.Time) {
+	h.renewFailed = false
+	if sentAt.After(h.confirmed) {
+		h.confirmed = sentAt
+	}
+}
+
+// refreshRiskLocked works out again whether h is at risk, at now, closes riskChanged if that changed, and
+// reports whether h became at risk. Whatever changes what riskLocked reads calls it.
+func (w *holdTable) refreshRiskLocked(h *hold, now time.Time) (began bool) {
+	atRisk := h.riskLocked(now)
+	if atRisk == h.atRisk {
 		return false
 	}
 	h.atRisk = atRisk
@@ -54,7 +79,29 @@ func (h *hold) setRiskLocked(atRisk bool) bool {
 		close(h.riskChanged)
 		h.riskChanged = nil
 	}
-	return true
+	return atRisk
+}
+
+// watchExpiryLocked makes h's risk be worked out again when its expiry passes, for the HoldRisk caller
+// waiting on riskChanged: nothing else happens then when the watchdog runs late. The timer moves itself
+// on while the expiry moves on (renewals extend it), and stops when nobody waits or the hold ends.
+func (w *holdTable) watchExpiryLocked(h *hold, now time.Time) {
+	if h.riskTimer != nil {
+		return
+	}
+	h.riskTimer = time.AfterFunc(h.expiresAt.Sub(now), func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		h.riskTimer = nil
+		if h.ended || h.riskChanged == nil {
+			return
+		}
+		now := time.Now()
+		w.refreshRiskLocked(h, now)
+		if !h.atRisk {
+			w.watchExpiryLocked(h, now)
+		}
+	})
 }
 
 // renewalFailure is a failed renewal of a hold, to be reported once holdTable.mu is released.

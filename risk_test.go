@@ -157,3 +157,45 @@ func TestHoldRiskOnDerivedAndFairContexts(t *testing.T) {
 		t.Fatal("changed was not closed when the hold ended")
 	}
 }
+
+// A reentrant acquisition of a hold at risk extends it in Redis, so the risk ends with it; the watchdog's
+// next renewal is then timeout/3 away, and the hold must not stay at risk until it.
+func TestReentrantLockEndsRisk(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	// Renewals every 2 s, each given 2 s; a renewal that got no answer is tried again 600 ms later, which
+	// leaves the reentrant Lock below 600 ms to get in first.
+	c := clientAt(t, proxy.Addr, &relock.Options{WatchdogTimeout: 6 * time.Second})
+	ctx := relock.WithOwner(ctxTimeout(t, 30*time.Second), "holder")
+	l := c.Lock("risky-reentry")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held, err := l.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, changed, err := relock.HoldRisk(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Stall(faultnet.Upstream, true)
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hold did not become at risk while its renewals failed")
+	}
+	proxy.Stall(faultnet.Upstream, false)
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if atRisk, _, err := relock.HoldRisk(held); err != nil || atRisk {
+		t.Fatalf("HoldRisk after a reentrant Lock extended the hold = %v, %v; want not at risk", atRisk, err)
+	}
+	for range 2 {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -90,13 +90,16 @@ func (c *Client) run(ctx context.Context, s *script, keys, args []string) rueidi
 }
 
 // runner runs scripts whose replies are integers: the seam between rueidis and the state machines that
-// run them (the engine's attempts, releases and undos, the watchdog's batches, the wait queues' leaves).
+// run them (the engine's attempts, releases and undos, the watchdog's batches, the wait queues' leaves,
+// a PermitSemaphore's releases).
 // A Client's is rueidisRunner; their tests use a scripted fake.
 type runner interface {
 	// runInt runs one script whose reply is an integer.
 	runInt(ctx context.Context, call scriptCall) (int64, error)
 	// runAcquire runs one acquisition script, whose reply is three integers.
 	runAcquire(ctx context.Context, call scriptCall) ([3]int64, error)
+	// runInts runs one script whose reply is a list of integers.
+	runInts(ctx context.Context, call scriptCall) ([]int64, error)
 	// runBatch runs many scripts at once, each replying a list of integers: one round trip per node.
 	runBatch(ctx context.Context, calls []scriptCall) ([][]int64, []error)
 }
@@ -110,6 +113,10 @@ func (r rueidisRunner) runInt(ctx context.Context, call scriptCall) (int64, erro
 
 func (r rueidisRunner) runAcquire(ctx context.Context, call scriptCall) ([3]int64, error) {
 	return acquireReply(r.c.run(ctx, call.script, call.keys, call.args))
+}
+
+func (r rueidisRunner) runInts(ctx context.Context, call scriptCall) ([]int64, error) {
+	return r.c.run(ctx, call.script, call.keys, call.args).AsIntSlice()
 }
 
 // acquireReply reads an acquisition's reply, three integers, without allocating.

@@ -238,10 +238,15 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 			if exp := sentAt.Add(w.timeout); exp.After(h.expiresAt) {
 				h.expiresAt = exp
 			}
-			h.setRiskLocked(false)
+			h.confirmedLocked(sentAt)
+			w.refreshRiskLocked(h, now)
 			w.scheduleLocked(h, sentAt)
 		case !h.renews && !now.Before(h.expiresAt):
 			ended = append(ended, w.endLocked(h, errLeaseExpired))
+		case results[i] == 0 && h.releases > 0:
+			// Its owner is releasing it: that release may be what removed it. Its outcome decides whether
+			// this was a loss (see holdTable.notHeld); until then the hold is not renewed.
+			h.gone = true
 		case results[i] == 0:
 			gone++
 			ended = append(ended, w.endLocked(h, errHoldGone))
@@ -252,7 +257,10 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 			// No answer: not a loss until the hold's expiry. Try again soon.
 			if h.renews {
 				failed++
-				if began := h.setRiskLocked(true); !h.keepAlive { // a queue entry is not a hold
+				if !sentAt.Before(h.confirmed) { // not older than the latest renewal or acquisition that extended it
+					h.renewFailed = true
+				}
+				if began := w.refreshRiskLocked(h, now); !h.keepAlive { // a queue entry is not a hold
 					failures = append(failures, renewalFailure{kind: h.kind, name: h.name, owner: h.key.field,
 						expiresIn: h.expiresAt.Sub(now), began: began})
 				}

@@ -10,7 +10,8 @@
 -- ARGV[3]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub
 --
 -- Returns {1, 0, 0} when the permit was taken; {0, ms, 0} when none is available, ms being the time until
--- the first taken permit expires (-1: none is taken).
+-- the first taken permit expires (-1: none is taken, or none ever expires: the first is scored with
+-- Redisson's mark of a permit taken without a lease, 922337203685477, and only a release frees one).
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expired = redis.call('zrangebyscore', KEYS[2], 0, now, 'limit', 0, 100)
@@ -28,7 +29,7 @@ if available ~= nil and available >= 1 then
   return {1, 0, 0}
 end
 local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
-if #first > 0 then
+if #first > 0 and tonumber(first[2]) < 922337203685477 then
   return {0, math.max(tonumber(first[2]) - now, 0), 0}
 end
 return {0, -1, 0}

@@ -40,8 +40,9 @@ type semaphoreJSON struct {
 }
 
 type permitJSON struct {
-	ID            string `json:"id"`         // the permit's id in hex, as relock's Permit.ID and Redisson name it
-	ExpiresMillis int64  `json:"expires_ms"` // time left by Redis's clock unless renewed; <= 0: expired
+	ID            string `json:"id"`                  // the permit's id in hex, as relock's Permit.ID and Redisson name it
+	ExpiresMillis int64  `json:"expires_ms"`          // time left by Redis's clock unless renewed; <= 0: expired, unless no_expiry
+	NoExpiry      bool   `json:"no_expiry,omitempty"` // never expires (taken without a lease, by Redisson); expires_ms is -1
 }
 
 func semaphoreKind(st relock.SemaphoreState) string {
@@ -66,7 +67,11 @@ func toSemaphoreJSON(st relock.SemaphoreState) semaphoreJSON {
 	j := semaphoreJSON{Name: st.Name, Kind: semaphoreKind(st), Exists: st.Exists, Value: st.Value,
 		PermitsTaken: st.PermitsTaken, PermitsExpired: st.PermitsExpired, Permits: []permitJSON{}}
 	for _, p := range st.Permits {
-		j.Permits = append(j.Permits, permitJSON{ID: p.ID, ExpiresMillis: p.Expires.Milliseconds()})
+		pj := permitJSON{ID: p.ID, ExpiresMillis: p.Expires.Milliseconds()}
+		if p.Expires == relock.NoExpiry {
+			pj.ExpiresMillis, pj.NoExpiry = -1, true
+		}
+		j.Permits = append(j.Permits, pj)
 	}
 	return j
 }
@@ -90,7 +95,10 @@ func printSemaphore(w io.Writer, st relock.SemaphoreState) {
 	fmt.Fprintf(w, "  permits taken (%d), soonest to expire first:\n", st.PermitsTaken)
 	for i, p := range st.Permits {
 		alive := fmt.Sprintf("expires in %s unless renewed", fmtTTL(p.Expires))
-		if p.Expires <= 0 {
+		switch {
+		case p.Expires == relock.NoExpiry:
+			alive = "never expires: taken without a lease (by Redisson), only its release gives it back"
+		case p.Expires <= 0:
 			alive = fmt.Sprintf("expired %s ago: its holder stopped renewing it, or its lease ran out", fmtTTL(-p.Expires))
 		}
 		fmt.Fprintf(w, "    %d. %s, %s\n", i+1, p.ID, alive)

@@ -251,3 +251,34 @@ func semaphoresOn(t *testing.T, addrs []string, prefix string) {
 		}
 	})
 }
+
+// A permit Redisson took without a lease never expires: inspect says so, in JSON (no_expiry) and for people.
+func TestInspectPermitWithoutLease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	ctx := t.Context()
+	for _, cmd := range []rueidis.Completed{
+		raw.B().Set().Key("forever").Value("0").Build(),
+		raw.B().Zadd().Key("{forever}:timeout").ScoreMember().ScoreMember(922337203685477, "no-lease-id-16by").Build(),
+	} {
+		if err := raw.Do(ctx, cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j := inspectSemaphoreJSON(t, srv.Addr(), "forever")
+	if j.Kind != "permit_semaphore" || j.PermitsTaken != 1 || j.PermitsExpired != 0 || len(j.Permits) != 1 {
+		t.Fatalf("%+v", j)
+	}
+	if p := j.Permits[0]; !p.NoExpiry || p.ExpiresMillis != -1 {
+		t.Fatalf("the permit without a lease: %+v, want no_expiry", p)
+	}
+	out, _ := mustRun(t, 0, "", "inspect", "forever", "--redis", srv.Addr())
+	if want := "1. " + hex.EncodeToString([]byte("no-lease-id-16by")) + ", never expires"; !strings.Contains(out, want) {
+		t.Fatalf("inspect output lacks %q:\n%s", want, out)
+	}
+}
