@@ -241,8 +241,9 @@ func (s *Server) Up() { s.proxy.Partition(false) }
 //     holder's TTL they last saw runs out (at most the watchdog timeout, or the holder's lease), or at the
 //     next release;
 //   - a PermitSemaphore: every permit taken is marked expired (its expiry set to now), as a real expiry
-//     leaves it: the available permits do not count it until the next acquisition (or a Redisson client)
-//     gives it back; until then Client.InspectSemaphore reports it in PermitsExpired;
+//     leaves it: the available permits do not count it until the next acquisition (relock's or a
+//     Redisson client's) gives it back, and Client.InspectSemaphore reports it in PermitsExpired until
+//     then. Waiters try again at the first permit's expiry they last saw, or at the next release;
 //   - a Semaphore or a CountDownLatch: nothing of theirs expires in Redis (a Semaphore's permits have no
 //     owner and no expiry), so Expire leaves them as they are, and reports false.
 //
