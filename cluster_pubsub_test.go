@@ -83,9 +83,13 @@ func listen(t testing.TB, rdb rueidis.Client, channel string, sharded bool) <-ch
 			once.Do(func() { close(confirmed) })
 		}
 	})
-	ended := make(chan error, 1)
+	// ended is closed when Receive returns, with its error in err: the cleanup and a failed subscription
+	// both wait for it (a value sent on a channel could be taken only once).
+	ended := make(chan struct{})
+	var err error
 	go func() {
-		ended <- rdb.Receive(hctx, cmd, func(m rueidis.PubSubMessage) {
+		defer close(ended)
+		err = rdb.Receive(hctx, cmd, func(m rueidis.PubSubMessage) {
 			select {
 			case msgs <- m.Message:
 			default:
@@ -98,7 +102,7 @@ func listen(t testing.TB, rdb rueidis.Client, channel string, sharded bool) <-ch
 	})
 	select {
 	case <-confirmed:
-	case err := <-ended:
+	case <-ended:
 		t.Fatalf("%s %s: %v", kind, channel, err)
 	case <-time.After(5 * time.Second):
 		t.Fatalf("%s %s: not confirmed", kind, channel)

@@ -15,6 +15,11 @@ import (
 // Await waits until the count reaches zero, woken by the announcement, never by polling; every waiter of
 // every Client wakes then. A latch that opened can be set again (TrySetCount). Every operation is one
 // script run or command.
+//
+// A woken waiter reads the count before it returns: a latch set again right after it opened, before its
+// waiters have read it, is missed by them, and they wait for its next opening. Redisson's waiters have the
+// same window. Set a latch again only once its waiters are known to have returned, or use a new name for
+// each round.
 type CountDownLatch struct {
 	syncObject
 }
@@ -78,7 +83,8 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 }
 
 // Await waits until the latch is open (its count is zero) or ctx ends (its error is then returned,
-// matching ctx.Err()).
+// matching ctx.Err()). An opening that a TrySetCount undoes before Await has read the count is missed
+// (see CountDownLatch).
 func (l *CountDownLatch) Await(ctx context.Context) error {
 	open, err := l.await(ctx, "await", -1)
 	if err == nil && !open {

@@ -13,8 +13,10 @@ import (
 
 // PermitSemaphore is a semaphore whose permits come back when their holder dies: each permit taken has an
 // id and an expiry in Redis, which the Client's watchdog keeps pushing back while the permit is held (or
-// which a lease fixes), so a permit whose process died or stalled is given back within the watchdog
-// timeout, and its holder's context (Permit.Context) ends with ErrLockLost when it is lost.
+// which a lease fixes), so a permit whose process died or stalled expires within the watchdog timeout,
+// and its holder's context (Permit.Context) ends with ErrLockLost when it is lost. An expired permit is
+// given back by the next acquisition, relock's or Redisson's, which is when waiters try again: a waiter
+// that finds no permit sleeps until a release or until the first permit taken expires.
 //
 // It uses Redisson's RPermitExpirableSemaphore layout: the available permits at the name, the permits
 // taken in the sorted set "{name}:timeout" (an id of 16 random bytes, scored with its expiry in Unix
@@ -78,8 +80,9 @@ func (s *PermitSemaphore) AddPermits(ctx context.Context, permits int) error {
 	return (&Semaphore{s.syncObject}).AddPermits(ctx, permits)
 }
 
-// AvailablePermits returns the permits available now (permits whose expiry passed come back at the next
-// acquisition or release, Redisson's or relock's).
+// AvailablePermits returns the permits available now. A permit whose expiry has passed is not among them
+// until an acquisition (relock's or Redisson's) gives it back; relock's Release gives back only the
+// permits it names. Client.InspectSemaphore counts the expired permits (SemaphoreState.PermitsExpired).
 func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
 	return (&Semaphore{s.syncObject}).AvailablePermits(ctx)
 }

@@ -217,7 +217,9 @@ func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
 	return int(n), wrapErrCtx(ctx, "availablepermits", s.name, err)
 }
 
-// DrainPermits takes every available permit and returns how many it took.
+// DrainPermits takes every available permit and returns how many it took. When the count is below zero
+// (AddPermits took away more permits than were available), DrainPermits sets it to zero, as Redisson's
+// drainPermits does, and returns the negative count it found: the permits owed are forgiven.
 func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, wrapErrCtx(ctx, "drainpermits", s.name, err)

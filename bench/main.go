@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"log"
 	"math"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -859,11 +858,11 @@ func redisCPU(rdb rueidis.Client) time.Duration {
 	return time.Duration(secs * float64(time.Second))
 }
 
-// redisVersion asks redis-server for its version line.
+// redisVersion is the version line of the redis-server the harness starts (redistest.ServerPath).
 func redisVersion() string {
-	out, err := exec.Command("redis-server", "--version").Output()
+	v, err := redistest.ServerVersion()
 	if err != nil {
 		return "unknown"
 	}
-	return strings.TrimSpace(string(out))
+	return v.Text
 }

@@ -51,7 +51,7 @@ func Example() {
 	st := srv.Inspect("job:42")
 	fmt.Println("holders:", len(st.Holders), "count:", st.Holders[0].Count)
 
-	srv.Expire("job:42") // the hold ends now, as if its TTL had run out
+	srv.Expire("job:42") // the hold is deleted now; processJob does not know yet
 	err = <-done         // processJob hears of it at its watchdog's next renewal, within 1/3 s
 	fmt.Println("lost:", errors.Is(err, relock.ErrLockLost))
 	fmt.Println("held now:", srv.Inspect("job:42").Locked)

@@ -1,13 +1,14 @@
 // Package relocktest runs relock on an in-process Redis, so that code using relock can be tested without
 // a Redis server: every lock kind works on it (RLock, FairLock, ReadWriteLock, MultiLock, RedLock over
-// several Servers, fencing, HoldContext), and so do the semaphores and latches; keys expire in real time,
-// and hooks make the situations such code must handle happen on demand: a lock lost (Expire), renewals
-// failing (FailRenewals), Redis out of reach (Down, Up). Inspect reads a lock's state.
+// several Servers, fencing, HoldContext), and so do the semaphores, latches and elections; keys expire in
+// real time, and hooks make the situations such code must handle happen on demand, for every kind: a hold
+// lost (Expire: a lock's, a permit's, a leadership), renewals failing (FailRenewals), Redis out of reach
+// (Down, Up). Inspect and InspectSemaphore read an object's state.
 //
 //	func TestJob(t *testing.T) {
 //		c, srv := relocktest.NewClient(t, nil)
 //		// ... run the code under test with c; then, while it holds "job:42":
-//		srv.Expire("job:42") // its HoldContext ends with relock.ErrLockLost at the next renewal
+//		srv.Expire("job:42") // deleted now; its HoldContext ends with relock.ErrLockLost at the next renewal
 //	}
 //
 // The server is miniredis (github.com/alicebob/miniredis), in the test's process, on a loopback port,
@@ -73,8 +74,9 @@ const (
 )
 
 // renewalScripts are the library's scripts with which its watchdog renews holds (and checks leased ones):
+// locks' and an Election's (rlock_renew), read holds' (rw_read_renew) and permits' (permit_renew).
 // FailRenewals fails their runs.
-var renewalScripts = []string{"rlock_renew", "rw_read_renew"}
+var renewalScripts = []string{"rlock_renew", "rw_read_renew", "permit_renew"}
 
 // Server is an in-process Redis for relock's Clients, with hooks. Its methods are safe for concurrent
 // use, but those that take a testing.TB (through NewServer) must be called from the test's goroutine when
@@ -214,11 +216,13 @@ func (s *Server) Close() {
 }
 
 // Down makes s unreachable until Up: every connection to it is cut, and new ones are closed as soon as
-// they are accepted. The server itself keeps running, and its keys keep expiring: holds that cannot be
-// renewed while it is down are lost once their TTL runs out (relock.ErrLockLost, "not renewed before it
-// expired"). Calls made meanwhile fail at once with the connection's error (EOF), as against a Redis
-// that drops connections, rather than hanging until their deadline as behind a silent partition; a
-// RedLock counts such a node as failed.
+// they are accepted. The server itself keeps running, and its keys keep expiring: holds of every kind
+// (locks, permits, leaderships) that cannot be renewed while it is down are lost once their TTL runs out
+// (relock.ErrLockLost, "not renewed before it expired"), and their holders learn it then, from their own
+// Client, without Redis. Calls made meanwhile, of every kind (a Semaphore's and a CountDownLatch's too),
+// fail at once with the connection's error (EOF), as against a Redis that drops connections, rather than
+// hanging until their deadline as behind a silent partition; a RedLock counts such a node as failed.
+// Semaphores and latches keep their state: their counters do not expire.
 func (s *Server) Down() { s.proxy.Partition(true) }
 
 // Up makes s reachable again after Down. Clients reconnect on their next command, and their
@@ -227,13 +231,34 @@ func (s *Server) Down() { s.proxy.Partition(true) }
 // wait already under way rides it out, and a call made again reconnects.
 func (s *Server) Up() { s.proxy.Partition(false) }
 
-// Expire ends every hold of the lock called name now, as if their TTLs had run out: it deletes the lock's
-// key (and a ReadWriteLock's read holds), and leaves what an expiry leaves (a fair lock's queue, the
-// fencing counter). Nothing is published, as with a real expiry: waiters retry when the holder's TTL they
-// last saw runs out, or at the next release. Each holder finds its hold gone at its watchdog's next
-// renewal (or, for a hold with a lease, at its next check), within its Client's watchdog timeout/3, and
-// its HoldContext ends then with a cause matching relock.ErrLockLost; its Unlock returns relock.ErrNotHeld.
-// It reports whether anything was held.
+// Expire ends now every hold of the object called name, whatever its kind, and reports whether anything
+// was held:
+//
+//   - a lock (RLock, FairLock, ReadWriteLock's read and write holds) and an Election's leadership (its lock
+//     is a FairLock called name): the lock's key is deleted, with a ReadWriteLock's read holds, and what
+//     an expiry leaves stays (a FairLock's queue and an Election's candidates, the fencing counter, the
+//     record of past leaders). Nothing is published, as with a real expiry: waiters retry when the
+//     holder's TTL they last saw runs out (at most the watchdog timeout, or the holder's lease), or at the
+//     next release;
+//   - a PermitSemaphore: every permit taken is marked expired (its expiry set to now), as a real expiry
+//     leaves it: the available permits do not count it until the next acquisition (relock's or a
+//     Redisson client's) gives it back, and Client.InspectSemaphore reports it in PermitsExpired until
+//     then. Waiters try again at the first permit's expiry they last saw, or at the next release;
+//   - a Semaphore or a CountDownLatch: nothing of theirs expires in Redis (a Semaphore's permits have no
+//     owner and no expiry), so Expire leaves them as they are, and reports false.
+//
+// Each holder finds its hold gone at its watchdog's next renewal (or, for a hold with a lease, at its next
+// check), within its Client's watchdog timeout/3: its HoldContext (Permit.Context,
+// Election.LeadershipContext) ends then with a cause matching relock.ErrLockLost, and its Unlock (Release,
+// Resign) returns relock.ErrNotHeld.
+//
+// Expire is an instant delete, not a TTL running out: on Redis, a hold expires because its holder stopped
+// renewing it (it stalled, or lost Redis), whereas the holder here goes on working, unaware, until its
+// next renewal, while another owner can take the lock at once. Both then act as holders for up to the
+// watchdog timeout/3. That is the situation fencing is for: a test should assert that the second holder
+// gets a larger fencing token (a larger term, for an Election) and that the first one's writes carrying
+// the old token are refused, or that the first one stops when its hold context ends; not that the two
+// never overlap.
 func (s *Server) Expire(name string) bool {
 	base := "{" + name + "}" // Redisson's rule, as relock's names: the name itself when it holds a "{"
 	if strings.Contains(name, "{") {
@@ -241,20 +266,55 @@ func (s *Server) Expire(name string) bool {
 	}
 	s.clock.Advance() // what has expired by now is removed
 	removed := false
+	if s.m.Type(name) == "hash" { // a lock; a semaphore's or a latch's counter is a string
+		removed = s.m.Del(name)
+	}
 	for _, key := range s.m.Keys() {
-		if key == name || strings.HasPrefix(key, base+":") && strings.Contains(key, ":rwlock_timeout:") {
+		if strings.HasPrefix(key, base+":") && strings.Contains(key, ":rwlock_timeout:") {
 			removed = s.m.Del(key) || removed
 		}
 	}
-	return removed
+	return s.expirePermits(base+":timeout") || removed
+}
+
+// expirePermits marks every permit taken in the PermitSemaphore permits key as expired, as the watchdog's
+// renewals and the acquisitions see it (Redis's clock, which is s's clock), and reports whether one was
+// taken and not expired yet.
+func (s *Server) expirePermits(key string) bool {
+	if s.m.Type(key) != "zset" {
+		return false
+	}
+	taken, err := s.m.SortedSet(key)
+	if err != nil {
+		return false
+	}
+	// A permit whose expiry is not after the time a script reads (TIME) has expired. The clock was moved to
+	// the wall clock's time just before (Advance), and never goes back: every script from now on reads a
+	// time after this one.
+	expired := float64(time.Now().UnixMilli() - 1)
+	held := false
+	for id, expiry := range taken {
+		if expiry > expired {
+			held = true
+			_, _ = s.m.ZAdd(key, expired, id)
+		}
+	}
+	return held
 }
 
 // FailRenewals makes the next n runs of the watchdog's renewal scripts fail with an error reply, on every
-// Client of s (n <= 0 stops failing them). One run renews a batch of holds (those of one kind, due at about
-// the same time), and also serves a leased hold's check. A renewal that fails is not a loss: the watchdog
+// Client of s (n <= 0 stops failing them). The renewals are those of every kind that has holds: locks
+// (RLock, FairLock, ReadWriteLock's read and write holds), a PermitSemaphore's permits and an Election's
+// leadership (its FairLock). One run renews a batch of holds (those of one kind, due at about the same
+// time), and also serves a hold with a lease's check. A renewal that fails is not a loss: the watchdog
 // retries it every watchdog timeout/10 until the hold would expire, so a few failures are ridden out
 // (renewals resume, HoldContext does not end), and more than fit before the hold's TTL runs out lose it
-// (HoldContext ends with a cause matching relock.ErrLockLost, "not renewed before it expired").
+// (HoldContext, Permit.Context or Election.LeadershipContext ends with a cause matching
+// relock.ErrLockLost, "not renewed before it expired").
+//
+// A Semaphore and a CountDownLatch have nothing renewed: FailRenewals changes nothing for them. Nor does
+// it fail the watchdog's keep-alives of waiters queued in a FairLock (or an Election) or for a
+// ReadWriteLock's write lock: only holds' renewals.
 func (s *Server) FailRenewals(n int) { s.failing.Store(int64(max(n, 0))) }
 
 // Inspect returns the state of the lock called name: its kind, holders (owner, hold count, TTL), queue and
@@ -277,7 +337,28 @@ func (s *Server) Inspect(name string) relock.LockState {
 	return st
 }
 
-// adminClient returns the Client Inspect uses, connected to miniredis directly (not through the proxy).
+// InspectSemaphore returns the state of the Semaphore, CountDownLatch or PermitSemaphore called name: its
+// counter, and a PermitSemaphore's permits taken with their expiries (relock.Client.InspectSemaphore, read
+// directly from the server, even while it is Down). It fails the test of a Server from NewServer on error
+// (keys that are not a semaphore's), and panics for one from Start.
+func (s *Server) InspectSemaphore(name string) relock.SemaphoreState {
+	if s.t != nil {
+		s.t.Helper()
+	}
+	admin, err := s.adminClient()
+	if err != nil {
+		s.fail("relocktest: InspectSemaphore: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := admin.InspectSemaphore(ctx, name)
+	if err != nil {
+		s.fail("relocktest: InspectSemaphore %q: %v", name, err)
+	}
+	return st
+}
+
+// adminClient returns the Client Inspect and InspectSemaphore use, connected to miniredis directly (not through the proxy).
 func (s *Server) adminClient() (*relock.Client, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os/exec"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/alicebob/miniredis/v2/server"
@@ -13,7 +12,7 @@ import (
 
 // The servers relock demo can start for itself (--embedded).
 const (
-	embedAuto        = "auto"         // redis-server when it is on PATH, else in-process
+	embedAuto        = "auto"         // redis-server when it is on PATH (or $RELOCK_REDIS_SERVER names one), else in-process
 	embedRedisServer = "redis-server" // a redis-server child process on a free loopback port
 	embedInProcess   = "inprocess"    // miniredis, in this process, on a free loopback port
 )
@@ -37,7 +36,7 @@ func startEmbedded(mode string, n int) ([]*embeddedRedis, string, error) {
 	note := ""
 	if mode == embedAuto {
 		mode = embedInProcess
-		if _, err := exec.LookPath("redis-server"); err == nil {
+		if _, err := redistest.ServerPath(); err == nil {
 			mode = embedRedisServer
 		}
 		servers, err := startN(start[mode], n)

@@ -229,13 +229,18 @@ func opsOn(t *testing.T, addrs []string, prefix string) {
 		go func() { got <- other.Lock(name).Lock(relock.WithOwner(ctx, "next")) }()
 
 		mustRun(t, 2, "", "unlock", name, "--redis", addr) // no --force
-		if _, errOut := mustRun(t, 1, "n\n", "unlock", "--force", name, "--redis", addr); !strings.Contains(errOut, "not released") {
+		out, errOut := mustRun(t, 1, "n\n", "unlock", "--force", name, "--redis", addr)
+		if !strings.Contains(errOut, "not released") {
 			t.Fatalf("answering n: %s", errOut)
+		}
+		// The holders are not told at once: their watchdog finds out, within a third of its timeout.
+		if !strings.Contains(out, "Its holders are not told: each finds out at its watchdog's next check, within a third of its watchdog timeout") {
+			t.Fatalf("the question does not say when the holders find out:\n%s", out)
 		}
 		if j := inspectJSON(t, addr, name); len(j.Holders) != 1 || j.Holders[0].Token != "stuck-job" {
 			t.Fatalf("after answering n: %+v", j)
 		}
-		out, _ := mustRun(t, 0, "y\n", "unlock", "--force", name, "--redis", addr)
+		out, _ = mustRun(t, 0, "y\n", "unlock", "--force", name, "--redis", addr)
 		if !strings.Contains(out, "released") {
 			t.Fatalf("output: %s", out)
 		}

@@ -50,8 +50,12 @@ func runUnlock(ctx context.Context, e env) error {
 		}
 		conns, _ := clientConns(ctx, o.rdb)
 		printState(e.stdout, st, conns)
-		fmt.Fprintf(e.stdout, "Release %q now? Its holders lose it: their Unlock will fail with ErrNotHeld and their "+
-			"HoldContext ends (ErrLockLost). [y/N] ", name)
+		// A holder learns of it from its own watchdog, not from this release: relock's watchdog checks every
+		// hold each timeout/3 (renewals, and the checks of holds with a lease), Redisson's only stops renewing.
+		fmt.Fprintf(e.stdout, "Release %q now? Its holders are not told: each finds out at its watchdog's next check, "+
+			"within a third of its watchdog timeout (10 s with the default 30 s), and works on as the holder until "+
+			"then; its HoldContext ends then (ErrLockLost), and its Unlock fails (ErrNotHeld). A Redisson holder "+
+			"finds out only when its unlock fails. [y/N] ", name)
 		// The answer must come before --timeout runs out, like everything else.
 		answer := make(chan string, 1)
 		go func() {

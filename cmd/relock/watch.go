@@ -45,18 +45,20 @@ type watchEventJSON struct {
 
 // The events of watch --json.
 const (
-	watchEvStart          = "watching"        // the first line: the state when watch started
-	watchEvAcquired       = "acquired"        // an owner took the lock (or a read hold of a free read-write lock)
-	watchEvReentered      = "reentered"       // a holder's hold count went up
-	watchEvPartlyReleased = "partly_released" // a holder's hold count went down, not to 0
-	watchEvReleased       = "released"        // a holder let go of the lock (its last hold)
-	watchEvExpired        = "expired"         // the lock key expired: its holders' TTL ran out
-	watchEvMode           = "mode_changed"    // a read-write lock went from read to write mode, or back
-	watchEvQueueJoined    = "queue_joined"    // an owner joined the fair queue or the priority writers
-	watchEvQueueLeft      = "queue_left"      // an owner left the queue (took the lock, gave up, dropped)
-	watchEvFencing        = "fencing_token"   // without notifications: the token moved past unseen holds
-	watchEvChanged        = "changed"         // another change of the lock key (rename, persist...)
-	watchEvError          = "error"           // Redis failed; watch goes on and says when it is back
+	watchEvStart          = "watching"                // the first line: the state when watch started
+	watchEvAcquired       = "acquired"                // an owner took the lock (or a read hold of a free read-write lock)
+	watchEvReentered      = "reentered"               // a holder's hold count went up
+	watchEvPartlyReleased = "partly_released"         // a holder's hold count went down, not to 0
+	watchEvReleased       = "released"                // a holder let go of the lock (its last hold)
+	watchEvExpired        = "expired"                 // the lock key expired: its holders' TTL ran out
+	watchEvMode           = "mode_changed"            // a read-write lock went from read to write mode, or back
+	watchEvQueueJoined    = "queue_joined"            // an owner joined the fair queue or the priority writers
+	watchEvQueueLeft      = "queue_left"              // an owner left the queue (took the lock, gave up, dropped)
+	watchEvFencing        = "fencing_token"           // without notifications: the token moved past unseen holds
+	watchEvFencingBack    = "fencing_token_went_back" // an alarm: the fencing counter went down (Redis lost it)
+	watchEvDisappeared    = "disappeared"             // a hold ended without a release watch saw (see changes)
+	watchEvChanged        = "changed"                 // another change of the lock key (rename, persist...)
+	watchEvError          = "error"                   // Redis failed; watch goes on and says when it is back
 )
 
 // The sources of watch --json events.
@@ -98,7 +100,7 @@ func runWatch(ctx context.Context, e env) error {
 	defer closeAll()
 
 	w := &watcher{e: e, c: &c, name: name, lc: lc, interval: *interval, enc: json.NewEncoder(e.stdout),
-		spec: newWatchSpec(name, o.SelectDB)}
+		spec: newWatchSpec(name, o.SelectDB), unseen: true}
 	// The first read must work (a wrong name or address is an error); later, Redis may come and go.
 	pctx, cancel := c.withTimeout(ctx)
 	st, err := lc.Inspect(pctx, name)
@@ -147,7 +149,7 @@ func runWatch(ctx context.Context, e env) error {
 				items = items[n:]
 			}
 		case <-tick.C:
-			if !w.notify || !w.subscribed {
+			if !w.notify || !w.subscribed || w.unseen {
 				w.poll(ctx)
 			}
 		}
@@ -401,6 +403,10 @@ type watcher struct {
 	// polledRelease is when a periodic reading, without notifications, reported a release whose message
 	// had not come yet: the message, when it comes soon after, announces that release, not another.
 	polledRelease time.Time
+	// unseen is set while releases may have gone unseen since the last reading: from the start until a
+	// reading made once subscribed, and again from each loss of the subscription. What ended then is not
+	// said to be released (see changes).
+	unseen bool
 }
 
 // read reads the lock's state; on an error it prints it (once) and returns false.
@@ -450,6 +456,9 @@ func (w *watcher) emit(at time.Time, source, trigger, event, text string, owners
 func (w *watcher) emitAll(at time.Time, source, trigger string, chs []change, st *relock.LockState) {
 	for _, ch := range chs {
 		w.emit(at, source, trigger, ch.event, ch.text, ch.owners, st)
+		if ch.event == watchEvFencingBack {
+			w.say(ch.text) // an alarm: on stderr too, where it is not lost among the events
+		}
 	}
 }
 
@@ -459,11 +468,14 @@ func (w *watcher) handle(ctx context.Context, it watchItem) {
 		w.subscribed = true
 		w.tell(it.notify)
 		if st, ok := w.read(ctx); ok {
-			w.emitAll(it.at, srcResync, "", changes(w.prev, st, w.interval), &st)
+			// Releases made while the subscription was down were not seen: what ended meanwhile is not said
+			// to be released. (When this reading fails, the next one, a poll, says it.)
+			w.emitAll(it.at, srcResync, "", changes(w.prev, st, w.interval, true), &st)
 			w.prev, w.held, w.known, w.mode, w.unnamed = st, st.Locked, st.Holders, st.Mode, nil
+			w.unseen = false
 		}
 	case itemLost:
-		w.subscribed = false
+		w.subscribed, w.unseen = false, true
 		if it.err != nil {
 			if msg := "subscription lost: " + redisError(w.c.redis, it.err).Error(); msg != w.failing {
 				w.failing = msg
@@ -519,12 +531,13 @@ func (w *watcher) poll(ctx context.Context) {
 	if !ok {
 		return
 	}
-	chs := changes(w.prev, st, w.interval)
+	chs := changes(w.prev, st, w.interval, w.unseen)
 	if slices.ContainsFunc(chs, isRelease) {
 		w.polledRelease = time.Now()
 	}
 	w.emitAll(time.Now(), srcPoll, "", chs, &st)
 	w.prev, w.held, w.known, w.mode, w.unnamed = st, st.Locked, st.Holders, st.Mode, nil
+	w.unseen = !w.subscribed
 }
 
 func isRelease(ch change) bool { return ch.event == watchEvReleased }
@@ -537,10 +550,14 @@ func (w *watcher) onRelease(ctx context.Context, it watchItem) {
 		return
 	}
 	trigger := it.channel + " " + it.event
-	chs := changes(w.prev, st, w.interval)
+	chs := changes(w.prev, st, w.interval, w.unseen)
 	polled := w.polledRelease
 	w.polledRelease = time.Time{}
 	switch {
+	case w.unseen:
+		// The last reading is from before a gap in the subscription: the holders it saw may have gone
+		// unreleased, and the release announced is of a holder watch did not see.
+		chs = append(chs, releasedBy(nil, "its holder was not seen")...)
 	case slices.ContainsFunc(chs, isRelease):
 	case !polled.IsZero() && it.at.Sub(polled) < max(2*w.interval, 50*time.Millisecond):
 		// A reading already reported the release this message announces (it came between the release and
@@ -550,10 +567,11 @@ func (w *watcher) onRelease(ctx context.Context, it watchItem) {
 		// reading shows beyond it.
 		free := w.prev
 		free.Holders, free.Locked, free.Mode = nil, false, ""
-		chs = append(releasedBy(w.prev.Holders, "its holder was not seen: acquired and released between two readings"), changes(free, st, w.interval)...)
+		chs = append(releasedBy(w.prev.Holders, "its holder was not seen: acquired and released between two readings"), changes(free, st, w.interval, false)...)
 	}
 	w.emitAll(it.at, srcMessage, trigger, chs, &st)
 	w.prev, w.held, w.known, w.mode, w.unnamed = st, st.Locked, st.Holders, st.Mode, nil
+	w.unseen = false
 }
 
 // onQueueEvent handles an event on a queue key: who joined or left it.
@@ -640,6 +658,9 @@ func (w *watcher) onKeyspace(ctx context.Context, items []watchItem) {
 	if current {
 		chs = append(chs, queueChanges(w.prev, st)...)
 		w.prev.Queue, w.prev.QueueLen = st.Queue, st.QueueLen
+	}
+	if st.FencingToken < w.prev.FencingToken {
+		chs = append(chs, fencingBack(w.prev.FencingToken, st.FencingToken))
 	}
 	w.emitAll(at, srcKeyspace, trigger, chs, &st)
 	w.prev.Kind, w.prev.Locked, w.prev.Holders, w.prev.TTL, w.prev.FencingToken, w.prev.Mode = st.Kind, st.Locked, st.Holders, st.TTL, st.FencingToken, st.Mode
@@ -747,21 +768,37 @@ func queueChanges(a, b relock.LockState) []change {
 }
 
 // changes describes what changed from reading a to reading b, ignoring the passing of time (TTLs going
-// down, renewals). interval is how far apart the two readings may be.
-func changes(a, b relock.LockState, interval time.Duration) []change {
+// down, renewals). interval is how far apart the two readings may be. unseen says that watch could not
+// have seen a release between them (its subscription was down): a holder gone since a is then not said
+// to be released.
+//
+// A fencing counter lower in b than in a means that Redis lost the lock's keys (a restart without
+// persistence, a failover to a replica that had not received them) or that someone deleted them: that is
+// an alarm, and the holders gone with it disappeared without a release.
+func changes(a, b relock.LockState, interval time.Duration, unseen bool) []change {
 	var out []change
 	after := map[string]bool{}
 	for _, h := range b.Holders {
 		after[h.Owner] = true
 	}
+	lost := b.FencingToken < a.FencingToken
 	// Releases first, then what took their place.
 	for _, h := range a.Holders {
 		if after[h.Owner] {
 			continue
 		}
 		ch := releasedBy([]relock.Holder{h}, "")[0]
-		if h.TTL >= 0 && h.TTL <= 2*interval {
-			ch.text = fmt.Sprintf("%s of %s ended: released, or expired (its TTL was %s)", holdWhat(h.Mode), ownerText(h.ClientID, h.Token), fmtTTL(h.TTL))
+		what := holdWhat(h.Mode) + " of " + ownerText(h.ClientID, h.Token)
+		switch {
+		case lost:
+			ch.event = watchEvDisappeared
+			ch.text = what + " disappeared without a release: Redis lost it (its fencing counter went back too)"
+		case unseen:
+			ch.event = watchEvDisappeared
+			ch.text = what + " disappeared while watch was not subscribed, with no release seen: it was released or " +
+				"expired meanwhile, or Redis lost it (a restart without persistence, a failover)"
+		case h.TTL >= 0 && h.TTL <= 2*interval:
+			ch.text = fmt.Sprintf("%s ended: released, or expired (its TTL was %s)", what, fmtTTL(h.TTL))
 		}
 		out = append(out, ch)
 	}
@@ -779,14 +816,26 @@ func changes(a, b relock.LockState, interval time.Duration) []change {
 	}
 	out = append(out, holderChanges(kept, b.Holders)...)
 	out = append(out, queueChanges(a, b)...)
-	if b.FencingToken != a.FencingToken {
+	switch {
+	case lost:
+		out = append(out, fencingBack(a.FencingToken, b.FencingToken))
+	case b.FencingToken > a.FencingToken:
 		text := fmt.Sprintf("fencing token %d -> %d", a.FencingToken, b.FencingToken)
-		if n := b.FencingToken - a.FencingToken; b.FencingToken > a.FencingToken && n > 1 {
+		if n := b.FencingToken - a.FencingToken; n > 1 {
 			text += fmt.Sprintf(" (%d fenced acquisitions since the last reading)", n)
 		}
 		out = append(out, change{watchEvFencing, text, nil})
 	}
 	return out
+}
+
+// fencingBack is the alarm for a fencing counter that went down, from a to b: relock and Redisson only
+// ever increment it, so Redis lost it, or someone deleted it.
+func fencingBack(a, b uint64) change {
+	return change{watchEvFencingBack, fmt.Sprintf("ALARM: the fencing token went back from %d to %d: Redis lost the lock's "+
+		"fencing counter (a restart without persistence, a failover to a replica that had not received it, or a "+
+		"deletion). Tokens handed out from now on repeat ones already used: a store that checks them may refuse "+
+		"the new holders' writes, or accept those of a holder that lost the lock", a, b), nil}
 }
 
 // nowText is the state after an event, naming the holders.

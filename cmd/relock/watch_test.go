@@ -252,3 +252,80 @@ func TestWatchEnableNotifications(t *testing.T) {
 		t.Errorf("%d acquisitions printed, want 3:\n%s", n, r.stdout)
 	}
 }
+
+// After a restart without persistence, a lock held before it is gone: watch says that it disappeared with
+// no release seen, never that its holder released it; and a fencing counter that went back with it is an
+// alarm (on stderr too), the holder's disappearance then certain not to be a release.
+func TestWatchRestartWithoutPersistence(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		fenced  bool
+		notify  bool
+		disappr string // what the disappearance says
+	}{
+		{"fenced", true, false, "disappeared without a release: Redis lost it"},
+		{"fenced notifications", true, true, "disappeared without a release: Redis lost it"},
+		{"unfenced", false, false, "disappeared while watch was not subscribed, with no release seen"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			raw := rawClient(t, srv.Addr())
+			defer raw.Close()
+			if tc.notify {
+				if err := raw.Do(testCtx(t), raw.B().ConfigSet().ParameterValue().ParameterValue("notify-keyspace-events", "KEA").Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c := newLockClient(t, []string{srv.Addr()})
+			const name = "job"
+			var opts []relock.LockOption
+			if tc.fenced {
+				opts = append(opts, relock.WithFencing())
+			}
+			l := c.Lock(name, opts...)
+			if err := l.Lock(relock.WithOwner(testCtx(t), "w1")); err != nil {
+				t.Fatal(err)
+			}
+			done := startBin("watch", name, "--redis", srv.Addr(), "--json", "--interval", "50ms", "--timeout", "500ms", "--for", "6s")
+			waitSubscribed(t, raw, "redisson_lock__channel:{"+name+"}")
+			if err := srv.Restart(); err != nil { // persistence off: the lock and its counter are gone
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil || r.code != 0 {
+				t.Fatalf("watch: %v, exit %d\n%s", r.err, r.code, r.stderr)
+			}
+			var disappeared, alarms int
+			for _, ev := range parseWatch(t, r.stdout) {
+				switch ev.Event {
+				case watchEvReleased, watchEvExpired:
+					t.Errorf("watch reported %s: %q", ev.Event, ev.Text)
+				case watchEvDisappeared:
+					disappeared++
+					if !strings.Contains(ev.Text, tc.disappr) || len(ev.Owners) != 1 || !strings.HasSuffix(ev.Owners[0], ":w1") {
+						t.Errorf("the disappearance: %+v, want %q about w1", ev, tc.disappr)
+					}
+				case watchEvFencingBack:
+					alarms++
+					if !strings.HasPrefix(ev.Text, "ALARM: the fencing token went back from 1 to 0") {
+						t.Errorf("the alarm: %q", ev.Text)
+					}
+				case watchEvFencing:
+					t.Errorf("the counter going back reported as an ordinary change: %q", ev.Text)
+				}
+			}
+			wantAlarms := 0
+			if tc.fenced {
+				wantAlarms = 1
+			}
+			if disappeared != 1 || alarms != wantAlarms {
+				t.Fatalf("%d disappearances and %d alarms, want 1 and %d:\n%s", disappeared, alarms, wantAlarms, r.stdout)
+			}
+			if tc.fenced && !strings.Contains(r.stderr, "relock watch: ALARM: the fencing token went back") {
+				t.Errorf("stderr does not carry the alarm:\n%s", r.stderr)
+			}
+		})
+	}
+}

@@ -2,8 +2,14 @@
 // demos, and lets a test pause, resume, kill and restart them to inject faults.
 //
 // Nothing here mocks Redis: every Server is a child redis-server process with persistence off
-// (--save "" --appendonly no) and DEBUG enabled for local connections. Start registers a cleanup that stops
-// the process when the test ends; StartServer leaves that to the caller (Stop).
+// (--save "" --appendonly no) and DEBUG enabled for local connections (Redis 7+ needs
+// --enable-debug-command for that; older servers allow DEBUG by default and refuse the flag). Start
+// registers a cleanup that stops the process when the test ends; StartServer leaves that to the caller
+// (Stop).
+//
+// The redis-server started is the one on PATH, or the one $RELOCK_REDIS_SERVER names (ServerEnv), so that
+// the suites can run against another version: the harness asks it its version once (redis-server
+// --version) and passes only the flags that version knows.
 package redistest
 
 import (
@@ -15,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,7 +40,114 @@ type TB interface {
 
 // InstallHint is part of the error returned when redis-server is not on PATH.
 const InstallHint = "redis-server not found on PATH: install Redis 7 (Debian/Ubuntu: apt-get install -y redis-server; " +
-	"macOS: brew install redis) or put redis-server on PATH"
+	"macOS: brew install redis), put redis-server on PATH, or set " + ServerEnv + " to its path"
+
+// ServerEnv is the environment variable that names the redis-server binary the harness starts (a path, or
+// a name looked up on PATH) instead of redis-server on PATH: RELOCK_REDIS_SERVER=/opt/redis-6.2/redis-server.
+// Clusters are created with the redis-cli beside it (valkey-cli beside valkey-server), or else redis-cli on
+// PATH.
+const ServerEnv = "RELOCK_REDIS_SERVER"
+
+// ServerPath returns the redis-server binary the harness starts: $RELOCK_REDIS_SERVER when set, else
+// redis-server on PATH (an error with InstallHint when there is none).
+func ServerPath() (string, error) {
+	if name := os.Getenv(ServerEnv); name != "" {
+		path, err := exec.LookPath(name)
+		if err != nil {
+			return "", fmt.Errorf("%s=%s: %w", ServerEnv, name, err)
+		}
+		return path, nil
+	}
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", errors.New(InstallHint)
+	}
+	return path, nil
+}
+
+// Version is a redis-server's version, as its --version prints it (Valkey's too).
+type Version struct {
+	Major, Minor, Patch int
+	Text                string // the whole line --version printed
+}
+
+// AtLeast reports whether v is major.minor or later.
+func (v Version) AtLeast(major, minor int) bool {
+	return v.Major > major || v.Major == major && v.Minor >= minor
+}
+
+func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
+
+// parseVersion reads the version out of redis-server --version's line: "Redis server v=7.0.15 sha=...",
+// "Valkey server v=8.0.1 sha=...".
+func parseVersion(line string) (Version, error) {
+	v := Version{Text: strings.TrimSpace(line)}
+	for _, f := range strings.Fields(line) {
+		num, ok := strings.CutPrefix(f, "v=")
+		if !ok {
+			continue
+		}
+		// Each part's leading digits: "8.0-m01" (a milestone) is 8.0.0.
+		var n [3]int
+		for i, part := range strings.SplitN(num, ".", 3) {
+			digits := len(part) - len(strings.TrimLeft(part, "0123456789"))
+			if digits == 0 && i == 0 {
+				return v, fmt.Errorf("no version in %q", v.Text)
+			}
+			n[i], _ = strconv.Atoi(part[:digits])
+			if digits < len(part) {
+				break
+			}
+		}
+		v.Major, v.Minor, v.Patch = n[0], n[1], n[2]
+		return v, nil
+	}
+	return v, fmt.Errorf("no version in %q", v.Text)
+}
+
+// versions caches each binary's version (path -> versionResult): it is asked once per process.
+var versions sync.Map
+
+type versionResult struct {
+	v   Version
+	err error
+}
+
+// versionOf returns the version of the redis-server binary at path.
+func versionOf(path string) (Version, error) {
+	if r, ok := versions.Load(path); ok {
+		return r.(versionResult).v, r.(versionResult).err
+	}
+	var r versionResult
+	out, err := exec.Command(path, "--version").Output()
+	if err != nil {
+		r.err = fmt.Errorf("%s --version: %w", path, err)
+	} else {
+		r.v, r.err = parseVersion(string(out))
+	}
+	versions.Store(path, r)
+	return r.v, r.err
+}
+
+// ServerVersion returns the version of the redis-server the harness starts (see ServerPath), for a test
+// that needs a feature of a given version (sharded pub/sub, Redis 7.0) to skip on an older one.
+func ServerVersion() (Version, error) {
+	path, err := ServerPath()
+	if err != nil {
+		return Version{}, err
+	}
+	return versionOf(path)
+}
+
+// versionFlags are the flags every Server gets that not every version knows: DEBUG for local connections
+// (needed from 7.0 on, refused as an unknown directive before). A version that cannot be read is taken
+// to be a current one.
+func versionFlags(v Version, err error) []string {
+	if err == nil && !v.AtLeast(7, 0) {
+		return nil
+	}
+	return []string{"--enable-debug-command", "local"}
+}
 
 // readyTimeout bounds how long a server may take to answer PING after it was started.
 const readyTimeout = 10 * time.Second
@@ -44,6 +158,7 @@ type Server struct {
 	// Port is the TCP port on 127.0.0.1; it stays the same across Restart.
 	Port int
 
+	bin  string // the redis-server binary
 	args []string
 	dir  string
 
@@ -86,9 +201,11 @@ func StartN(tb TB, n int, args ...string) []*Server {
 // StartServer starts a redis-server on a free loopback port and waits until it answers PING.
 // The caller must call Stop.
 func StartServer(args ...string) (*Server, error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, errors.New(InstallHint)
+	bin, err := ServerPath()
+	if err != nil {
+		return nil, err
 	}
+	args = append(versionFlags(versionOf(bin)), args...)
 	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
 		return nil, err
@@ -101,7 +218,7 @@ func StartServer(args ...string) (*Server, error) {
 			os.RemoveAll(dir)
 			return nil, err
 		}
-		s := &Server{Port: port, args: args, dir: dir}
+		s := &Server{Port: port, bin: bin, args: args, dir: dir}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
@@ -126,13 +243,16 @@ func (s *Server) start() error {
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
-		"--enable-debug-command", "local",
 		"--dir", s.dir,
 		"--daemonize", "no",
 		"--loglevel", "warning",
 	}
 	argv = append(argv, s.args...)
-	cmd := exec.Command("redis-server", argv...)
+	bin := s.bin
+	if bin == "" {
+		bin = "redis-server"
+	}
+	cmd := exec.Command(bin, argv...)
 	log := &OutputBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	// Own process group: a signal to the test's group (Ctrl-C) must not race our own cleanup.
@@ -341,7 +461,7 @@ func StartClusterServers(masters, replicas int) (*Cluster, error) {
 		args = append(args, s.Addr())
 	}
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+	if out, err := exec.Command(cliPath(c.Servers[0].bin), args...).CombinedOutput(); err != nil {
 		c.Stop()
 		return nil, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
 	}
@@ -354,6 +474,18 @@ func StartClusterServers(masters, replicas int) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// cliPath returns the redis-cli to use with the redis-server at server: the one beside it (valkey-cli
+// beside valkey-server), else redis-cli on PATH.
+func cliPath(server string) string {
+	dir, base := filepath.Split(server)
+	if name := strings.Replace(base, "server", "cli", 1); name != base && dir != "" {
+		if info, err := os.Stat(filepath.Join(dir, name)); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+			return filepath.Join(dir, name)
+		}
+	}
+	return "redis-cli"
 }
 
 // Stop stops every node.
