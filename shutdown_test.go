@@ -26,7 +26,7 @@ type shutdownCase struct {
 	name string
 	hold func(e shutdownEnv) []context.Context
 	want func(ctx context.Context, b *relock.Client, name string) error
-	left func(t *testing.T, rdb rueidis.Client, a *relock.Client, name string) string
+	left func(e shutdownEnv) string
 	// after, if set, runs as soon as Close has returned (b's holder lets the waiters in).
 	after func(ctx context.Context, b *relock.Client, name string) error
 }
@@ -36,19 +36,18 @@ type shutdownEnv struct {
 	t    *testing.T
 	ctx  context.Context // a's owner
 	a, b *relock.Client  // a closes
-	rdb  rueidis.Client
+	d    *deployment
+	rdb  rueidis.Client // d's (a cluster client on a cluster)
 	name string
 }
 
 // leftOf reports every trace of a's owners in the keys whose names contain name: key names (a reader's
 // hold levels), hash fields, sorted set and list members, string values that hold a's ID (the stream of an
 // election's leaders is its history, and is left out).
-func leftOf(t *testing.T, rdb rueidis.Client, a *relock.Client, name string) string {
+func leftOf(e shutdownEnv) string {
+	t, rdb, a := e.t, e.rdb, e.a
 	t.Helper()
-	keys, err := do(t, rdb, "KEYS", "*"+name+"*").AsStrSlice()
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := e.d.keysContaining(t, e.name)
 	var left []string
 	for _, k := range keys {
 		typ, _ := do(t, rdb, "TYPE", k).ToString()
@@ -157,9 +156,14 @@ func shutdownCases() []shutdownCase {
 				return err
 			},
 			// The permits are back: the counter and the taken permits add up to 2, of which b has 1.
-			left: func(t *testing.T, rdb rueidis.Client, _ *relock.Client, name string) string {
-				n, _ := do(t, rdb, "GET", name).AsInt64()
-				taken, _ := do(t, rdb, "ZCARD", "{"+name+"}:timeout").AsInt64()
+			left: func(e shutdownEnv) string {
+				// One read of both (the waiter may be taking its permit meanwhile).
+				counts, err := do(e.t, e.rdb, "EVAL", "return {tonumber(redis.call('get', KEYS[1])), redis.call('zcard', KEYS[2])}",
+					"2", e.name, "{"+e.name+"}:timeout").AsIntSlice()
+				if err != nil || len(counts) != 2 {
+					e.t.Fatalf("reading the permits: %v %v", counts, err)
+				}
+				n, taken := counts[0], counts[1]
 				if n+taken != 2 || taken > 1 {
 					return fmt.Sprintf("%d permits available and %d taken, want 2 in all, 1 at most taken (by the waiter)", n, taken)
 				}
@@ -246,7 +250,7 @@ func queued(wait func(ctx context.Context, a *relock.Client, name string) error,
 		}
 		ended := make(chan error, 1)
 		go func() { ended <- wait(e.ctx, e.a, e.name) }()
-		eventually(t, 5*time.Second, "the closing Client's waiter is queued", func() bool { return leftOf(t, e.rdb, e.a, e.name) != "" })
+		eventually(t, 5*time.Second, "the closing Client's waiter is queued", func() bool { return leftOf(e) != "" })
 		t.Cleanup(func() {
 			select {
 			case err := <-ended:
@@ -279,35 +283,54 @@ func subscribersOf(t *testing.T, rdb rueidis.Client, name string) int64 {
 // once: when it returns, nothing of the Client's is left in Redis, the holds' contexts have ended with a
 // cause matching ErrClosed and context.Canceled (not ErrLockLost), and a waiter on another Client, woken
 // by the releases, has got in, far sooner than the watchdog timeout (30 s) after which the holds would
-// have expired. Before, Close left every hold to expire.
+// have expired. Before, Close left every hold to expire. On one server and on a cluster (sharded pub/sub).
 func TestCloseGivesUpEverything(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	rdb := rawClient(t, srv)
+	for _, place := range []string{"standalone", "cluster"} {
+		t.Run(place, func(t *testing.T) {
+			t.Parallel()
+			d := standalone
+			if place == "cluster" {
+				d = func(t testing.TB) *deployment { return onCluster(t, "shut:") }
+			}
+			closeGivesUpEverything(t, d(t))
+		})
+	}
+}
+
+func closeGivesUpEverything(t *testing.T, d *deployment) {
+	rdb := d.raw(t)
 	for _, tc := range shutdownCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			name := "shut-" + strings.ReplaceAll(tc.name, " ", "-") + "#" // no name is a part of another
-			a, err := relock.New([]string{srv.Addr()}, nil)
+			name := d.name("shut-" + strings.ReplaceAll(tc.name, " ", "-") + "#") // no name is a part of another
+			a, err := relock.New(d.addrs, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { a.Close() })
-			b := newClient(t, srv, nil)
+			b := d.client(t, nil)
 			ctx := ctxTimeout(t, 60*time.Second)
-			held := tc.hold(shutdownEnv{t: t, ctx: relock.WithOwner(ctx, "a-owner"), a: a, b: b, rdb: rdb, name: name})
-			before := subscribersOf(t, rdb, name)
+			e := shutdownEnv{t: t, ctx: relock.WithOwner(ctx, "a-owner"), a: a, b: b, d: d, rdb: rdb, name: name}
+			held := tc.hold(e)
+			standalone := d.kind == "standalone"
+			var before int64
+			if standalone { // on a cluster the waiter may or may not be asleep already when Close comes
+				before = subscribersOf(t, rdb, name)
+			}
 			got := make(chan error, 1)
 			go func() { got <- tc.want(relock.WithOwner(ctx, "b-waiter"), b, name) }()
-			eventually(t, 5*time.Second, "b's waiter waits", func() bool { return subscribersOf(t, rdb, name) > before })
+			if standalone {
+				eventually(t, 5*time.Second, "b's waiter waits", func() bool { return subscribersOf(t, rdb, name) > before })
+			}
 			select {
 			case err := <-got:
 				t.Fatalf("b's waiter got in before Close: %v", err)
 			default:
 			}
 			var published <-chan string
-			if strings.HasPrefix(tc.name, "RLock") { // what a Redisson waiter hears
-				published = subscribe(t, srv, "redisson_lock__channel:{"+name+"}")
+			if standalone && strings.HasPrefix(tc.name, "RLock") { // what a Redisson waiter hears
+				published = subscribe(t, d.servers[0], "redisson_lock__channel:{"+name+"}")
 			}
 
 			start := time.Now()
@@ -315,7 +338,7 @@ func TestCloseGivesUpEverything(t *testing.T) {
 				t.Fatalf("Close = %v", err)
 			}
 			took := time.Since(start)
-			if left := tc.left(t, rdb, a, name); left != "" {
+			if left := tc.left(e); left != "" {
 				t.Fatalf("after Close (%v): %s", took, left)
 			}
 			if tc.after != nil {
