@@ -426,7 +426,8 @@ func (c *Client) shutdown(ctx context.Context, abandon bool) error {
 			err = c.bg.wait(ctx)
 		}
 	}
-	// The end: background work still under way is cancelled, and stops at once (see attemptContext).
+	// The end: background work still under way is cancelled (an attempt alone on its connection goes on
+	// until its own deadline, at most retryAttemptTimeout: rueidis ignores an earlier cancellation there).
 	// Acquisitions still under way (Redis does not answer them) end when the rueidis client is closed.
 	c.bg.close()
 	c.end()
@@ -579,14 +580,15 @@ func (c *Client) retryUnknown(life context.Context, deadline time.Time, call fun
 // made; a server loading its data after a restart, or a cluster failing over, answers LOADING, TRYAGAIN,
 // CLUSTERDOWN or MASTERDOWN without running it) and, when repeatable, after one whose outcome is unknown:
 // call must then be safe to repeat, for such an attempt may have run. Each attempt gets at most
-// retryAttemptTimeout, and ends at once when life does (see attemptContext).
+// retryAttemptTimeout, a deadline that also bounds the re-dial it may start (rueidis dials under the
+// context of the call that found the connection broken, and makes other calls wait for that dial).
 func (c *Client) retry(life context.Context, deadline time.Time, repeatable bool, call func(ctx context.Context) (int64, error)) (int64, error) {
 	for {
 		attemptDeadline := time.Now().Add(retryAttemptTimeout)
 		if deadline.Before(attemptDeadline) {
 			attemptDeadline = deadline
 		}
-		ctx, cancel := attemptContext(life, attemptDeadline)
+		ctx, cancel := context.WithDeadline(life, attemptDeadline)
 		n, err := call(ctx)
 		cancel()
 		if err == nil {
@@ -601,19 +603,5 @@ func (c *Client) retry(life context.Context, deadline time.Time, repeatable bool
 			return -1, err
 		case <-time.After(retryBackoff):
 		}
-	}
-}
-
-// attemptContext returns a context that ends with parent, or at deadline, but carries no deadline: rueidis
-// makes a call that is alone on its connection wait for its reply until its context's deadline, however
-// early the context is cancelled, and breaks the connection then; a call whose context has no deadline waits
-// in the connection's queue, and returns as soon as its context ends. So background work ends at once when
-// Close ends the Client's lifetime, and a stalled call of its breaks no connection.
-func attemptContext(parent context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(parent)
-	timer := time.AfterFunc(time.Until(deadline), cancel)
-	return ctx, func() {
-		timer.Stop()
-		cancel()
 	}
 }
