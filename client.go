@@ -142,15 +142,18 @@ type Client struct {
 	hub      *hub
 	tel      *telemetry
 
-	// life ends at Close; background work (undos) runs under it and is counted in bg.
-	life   context.Context
-	end    context.CancelFunc
-	closed atomic.Bool
-	once   sync.Once
-	bgMu   sync.Mutex // orders bg.Add against Close's bg.Wait
-	bg     sync.WaitGroup
-	// releases counts the releases in bg that an Unlock left to the background.
-	releases sync.WaitGroup
+	// Close's phases (see shutdown). closing ends as Close begins: calls fail with ErrClosed from then on,
+	// waiters return, and what would wait on for the Client (observers, late queue leaves) stops. life ends
+	// when Close is done: background work (undos, releases, give-backs, renewals) runs under it. Close waits
+	// for the acquisitions under way (ops) and the background work (bg) before it ends life.
+	closing    context.Context
+	beginClose context.CancelFunc
+	life       context.Context
+	end        context.CancelFunc
+	closed     atomic.Bool
+	once       sync.Once
+	bgMu       sync.Mutex // orders the workers' wg.Add against Close
+	ops, bg    tasks
 }
 
 // ClientNamePrefix starts the connection name (CLIENT SETNAME) that New gives its connections unless
@@ -289,6 +292,7 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 		mp = otel.GetMeterProvider()
 	}
 	life, end := context.WithCancel(context.Background())
+	closing, beginClose := context.WithCancel(life)
 	c := &Client{
 		rdb:                rdb,
 		borrowed:           borrowed,
@@ -297,6 +301,8 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 		watchdogTimeoutArg: fmtMillis(o.WatchdogTimeout),
 		probing:            make(chan struct{}, 1),
 		fairLockWaitArg:    fmtMillis(o.FairLockWaitTimeout),
+		closing:            closing,
+		beginClose:         beginClose,
 		life:               life,
 		end:                end,
 	}
@@ -337,34 +343,121 @@ func (c *Client) ID() string {
 	return c.id
 }
 
-// Close ends everything the Client started: waiters blocked in its locks return ErrClosed, its
-// subscription connection and goroutines end, and, when New built the rueidis client, that client is
-// closed. Holds are not released: renewal stops, so they expire at the end of their lease or watchdog
-// timeout, and their contexts (HoldContext) are cancelled with a cause matching both ErrLockLost and
-// ErrClosed. Releases that Unlock left to the background (its ctx had ended) get up to a second to land
-// first.
-// Close is idempotent; every call after the first returns nil at once.
+// DefaultCloseTimeout bounds Close: how long it waits for Redis to confirm that the Client's holds are
+// given up before it closes the Client anyway (see CloseContext).
+const DefaultCloseTimeout = 5 * time.Second
+
+// Close is CloseContext bounded by DefaultCloseTimeout: it gives up everything the Client holds, waits up
+// to DefaultCloseTimeout for Redis to confirm it, then closes the Client. When the bound passed first, its
+// error matches context.DeadlineExceeded.
 func (c *Client) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultCloseTimeout)
+	defer cancel()
+	return c.CloseContext(ctx)
+}
+
+// CloseContext gives up everything the Client holds, as etcd's Session.Close does, and closes the Client:
+//
+//   - Calls made from then on, and calls that wait (Lock, Acquire, Campaign, ...), return ErrClosed. An
+//     acquisition that was under way and succeeds meanwhile is given up too, and returns ErrClosed.
+//   - Every hold of every owner (locks of every kind, composite locks' parts on this Client, leased holds,
+//     permits, leadership) ends for the Client at once: renewal stops, and its contexts (HoldContext,
+//     Permit.Context, LeadershipContext) end before anything is sent, with a cause matching ErrClosed and
+//     context.Canceled, not ErrLockLost: the Client gives the hold up as an owner's Unlock would.
+//   - Then every hold is released in Redis (all its reentrant levels), every permit given back and every
+//     leadership resigned, and every waiter leaves the queue it was in (a FairLock's, a priority writers'),
+//     one script run each (a reentrant hold: one per level), all at once; each release is announced as its
+//     owner's Unlock would announce it, so the next waiter, on any Client (relock's or Redisson's), gets
+//     the lock at once.
+//   - Work the Client left to the background finishes too: releases of Unlocks whose ctx had ended, undos
+//     of acquisitions whose reply was lost, give-backs of permits taken by abandoned acquisitions.
+//
+// It waits for Redis to confirm all of it for as long as ctx allows; a release met by a server that is
+// loading its data, or unreachable, is tried again until then, or until its hold would have expired. Then
+// the Client closes: its subscription connection and goroutines end and, when New built the rueidis client,
+// that client is closed. It returns nil when everything was given up in Redis; an error matching ctx.Err()
+// when ctx ended first; or an error saying how many holds Redis did not release. What Redis was not told of
+// ends by itself, at the end of its lease or watchdog timeout, as a dead process's holds would. With a ctx
+// that never ends, CloseContext waits as long as Redis takes to answer the calls under way.
+//
+// Close and CloseContext are idempotent: every call after the first returns nil at once, and a call made
+// while the first is under way waits for it.
+func (c *Client) CloseContext(ctx context.Context) error {
 	if c == nil {
 		return ErrNilClient
 	}
-	c.once.Do(func() {
-		c.bgMu.Lock()
-		c.closed.Store(true)
-		c.bgMu.Unlock()
-		// Releases still going on in the background (an Unlock whose ctx had ended) get a moment to land:
-		// their owners believe the locks released.
-		waitAtMost(&c.releases, retryAttemptTimeout)
+	var err error
+	c.once.Do(func() { err = c.shutdown(ctx, false) })
+	return err
+}
+
+// shutdown is Close. With abandon, it gives nothing up and waits for nothing: the Client stops as a process
+// that dies would (a test's dead holder), and its holds' contexts end with errClientClosed.
+func (c *Client) shutdown(ctx context.Context, abandon bool) error {
+	// Calls are refused, and waits end, from now on.
+	c.bgMu.Lock()
+	c.closed.Store(true)
+	c.bgMu.Unlock()
+	c.ops.close()
+	if abandon {
+		c.bg.close()
 		c.end()
+	}
+	c.beginClose()
+	c.hub.stop()
+	// Every hold ends for the Client, and is given up in the background, all at once: rueidis pipelines the
+	// releases. Acquisitions under way are waited for below; one that succeeds is given up as it lands
+	// (holdTable.acquired).
+	var failed atomic.Int64
+	var lastErr atomic.Pointer[error]
+	gives := c.holds.shut(abandon)
+	for _, g := range gives {
+		c.goBackground(func(life context.Context) {
+			if err := g.run(life); err != nil {
+				lastErr.Store(&err)
+				failed.Add(1)
+			}
+		})
+	}
+	var err error
+	if !abandon {
+		// Acquisitions under way first: what they leave to the background is background work.
+		if err = c.ops.wait(ctx); err == nil {
+			err = c.bg.wait(ctx)
+		}
+	}
+	// The end: background work still under way is cancelled (an attempt alone on its connection goes on
+	// until its own deadline, at most retryAttemptTimeout: rueidis ignores an earlier cancellation there).
+	// Acquisitions still under way (Redis does not answer them) end when the rueidis client is closed.
+	c.bg.close()
+	c.end()
+	c.holds.close()
+	c.tel.close()
+	// What is left may wait on Redis: the hub's loop for a connection being dialled, rueidis's Close for
+	// silent connections (a second each). It finishes in the background once ctx has ended.
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
 		c.hub.close()
-		c.holds.close()
-		c.bg.Wait()
-		c.tel.close()
+		_ = c.bg.wait(context.Background())
 		if !c.borrowed {
 			c.rdb.Close()
 		}
 		c.workers.close(retryAttemptTimeout)
-	})
+	}()
+	select {
+	case <-finished:
+	case <-ctx.Done():
+	}
+	switch {
+	case abandon:
+		return nil
+	case err != nil:
+		return &opError{op: "close", err: fmt.Errorf("%w: what was not given up in time expires by itself", err)}
+	case failed.Load() > 0:
+		return &opError{op: "close", err: fmt.Errorf("%d of %d holds not released (they expire by themselves): %w",
+			failed.Load(), len(gives), *lastErr.Load())}
+	}
 	return nil
 }
 
@@ -379,19 +472,69 @@ func (c *Client) check() error {
 	return nil
 }
 
-// goRelease is goBackground for a release an Unlock left to the background: Close gives it up to
-// retryAttemptTimeout to finish before it ends the Client's lifetime.
-func (c *Client) goRelease(fn func(ctx context.Context)) bool {
-	c.releases.Add(1)
-	ran := c.goBackground(func(ctx context.Context) {
-		defer c.releases.Done()
-		fn(ctx)
-	})
-	if !ran {
-		c.releases.Done()
-	}
-	return ran
+// tasks counts work that Close waits for, and refuses more once closed.
+type tasks struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	idle   chan struct{} // made by wait, closed when n drops to 0
 }
+
+// enter counts one more task, unless tasks is closed.
+func (t *tasks) enter() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.n++
+	return true
+}
+
+// leave counts a task out.
+func (t *tasks) leave() {
+	t.mu.Lock()
+	if t.n--; t.n == 0 && t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+	t.mu.Unlock()
+}
+
+// close refuses every task from now on.
+func (t *tasks) close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+}
+
+// wait waits until no task is under way, or ctx ends (its error).
+func (t *tasks) wait(ctx context.Context) error {
+	for {
+		t.mu.Lock()
+		if t.n == 0 {
+			t.mu.Unlock()
+			return nil
+		}
+		if t.idle == nil {
+			t.idle = make(chan struct{})
+		}
+		idle := t.idle
+		t.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// begin counts an operation in, for Close to wait for: an acquisition, whose outcome may leave a hold to
+// give up. It reports false, counting nothing, once Close has begun.
+func (c *Client) begin() bool { return c.ops.enter() }
+
+// finish counts out an operation that begin counted in.
+func (c *Client) finish() { c.ops.leave() }
 
 // waitAtMost waits for wg, for up to d.
 func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
@@ -408,28 +551,38 @@ func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
 	}
 }
 
-// goBackground runs fn under the Client's lifetime; Close waits for it. It reports false, without running
-// fn, once the Client is closing.
+// goBackground runs fn under the Client's lifetime; Close waits for it, up to its bound, then ends that
+// lifetime. It reports false, without running fn, once Close has ended the Client's lifetime.
 func (c *Client) goBackground(fn func(ctx context.Context)) bool {
-	c.bgMu.Lock()
-	defer c.bgMu.Unlock()
-	if c.closed.Load() {
+	if !c.bg.enter() {
 		return false
 	}
-	c.bg.Add(1)
 	go func() {
-		defer c.bg.Done()
+		defer c.bg.leave()
 		fn(c.life)
 	}()
 	return true
 }
 
-// retryUnknown runs call until Redis answers it (a reply, or an error reply that is not transient: a server
-// loading its data after a restart, or a cluster failing over, answers LOADING, TRYAGAIN, CLUSTERDOWN or
-// MASTERDOWN without running it, and is asked again), the deadline passes or life ends, and returns the last
-// reply, or -1 when none came. call must be safe to repeat: an attempt whose outcome is unknown may have
-// run.
+// retryUnknown runs call until Redis answers it (see retry; call must be safe to repeat: an attempt whose
+// outcome is unknown may have run), the deadline passes or life ends, and returns the last reply, or -1
+// when none came.
 func (c *Client) retryUnknown(life context.Context, deadline time.Time, call func(ctx context.Context) (int64, error)) int64 {
+	n, err := c.retry(life, deadline, true, call)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// retry runs call until Redis answers it, the deadline passes or life ends, and returns the last reply and
+// error. An attempt is made again after an error that shows it did not run (a connection that could not be
+// made; a server loading its data after a restart, or a cluster failing over, answers LOADING, TRYAGAIN,
+// CLUSTERDOWN or MASTERDOWN without running it) and, when repeatable, after one whose outcome is unknown:
+// call must then be safe to repeat, for such an attempt may have run. Each attempt gets at most
+// retryAttemptTimeout, a deadline that also bounds the re-dial it may start (rueidis dials under the
+// context of the call that found the connection broken, and makes other calls wait for that dial).
+func (c *Client) retry(life context.Context, deadline time.Time, repeatable bool, call func(ctx context.Context) (int64, error)) (int64, error) {
 	for {
 		attemptDeadline := time.Now().Add(retryAttemptTimeout)
 		if deadline.Before(attemptDeadline) {
@@ -439,14 +592,15 @@ func (c *Client) retryUnknown(life context.Context, deadline time.Time, call fun
 		n, err := call(ctx)
 		cancel()
 		if err == nil {
-			return n
+			return n, nil
 		}
-		if !outcomeUnknown(err) && !transient(err) || time.Now().After(deadline) {
-			return -1
+		again := didNotRun(err) || repeatable && (outcomeUnknown(err) || transient(err))
+		if !again || time.Now().After(deadline) {
+			return -1, err
 		}
 		select {
 		case <-life.Done():
-			return -1
+			return -1, err
 		case <-time.After(retryBackoff):
 		}
 	}

@@ -129,7 +129,7 @@ func (m *composite) closed() (<-chan struct{}, func()) {
 	for _, p := range m.parts {
 		if !seen[p.c] {
 			seen[p.c] = true
-			stops = append(stops, context.AfterFunc(p.c.life, func() { once.Do(func() { close(closed) }) }))
+			stops = append(stops, context.AfterFunc(p.c.closing, func() { once.Do(func() { close(closed) }) }))
 		}
 	}
 	return closed, func() {

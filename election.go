@@ -140,7 +140,8 @@ func (e *Election) Resign(ctx context.Context) error {
 
 // LeadershipContext returns a context, derived from ctx, that ends when ctx's owner stops leading: with a
 // cause matching ErrLockLost when the leadership is lost (the watchdog could not keep it: the process
-// stalled, or Redis did not answer in time), with context.Canceled when the owner resigns. It returns
+// stalled, or Redis did not answer in time), with context.Canceled when the owner resigns, and with a cause
+// matching both ErrClosed and context.Canceled when the Client is closed (Close resigns). It returns
 // ErrNotHeld when the owner does not lead.
 func (e *Election) LeadershipContext(ctx context.Context) (context.Context, error) {
 	if e == nil || e.c == nil {
@@ -200,7 +201,7 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	// command at its context's deadline, but not when a context with a deadline is cancelled before it.
 	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopCtx := context.AfterFunc(ctx, cancel)
-	stopLife := context.AfterFunc(e.c.life, cancel)
+	stopLife := context.AfterFunc(e.c.closing, cancel)
 	end := func() {
 		stopCtx()
 		stopLife()

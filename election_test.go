@@ -185,7 +185,7 @@ func TestElectionLeaderLost(t *testing.T) {
 		}
 	}
 
-	// A dead leader (its Client closed without resigning) is replaced too.
+	// A dead leader (its Client stopped without resigning: Abandon) is replaced too.
 	dead := newClient(t, srv, opts)
 	if err := next.Election("lost").Resign(relock.WithOwner(ctx, "next")); err != nil {
 		t.Fatal(err)
@@ -202,7 +202,7 @@ func TestElectionLeaderLost(t *testing.T) {
 		won <- term
 	}()
 	time.Sleep(100 * time.Millisecond)
-	dead.Close()
+	relock.Abandon(dead)
 	select {
 	case term4 := <-won:
 		if term4 <= term3 {

@@ -148,11 +148,13 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	}
 	switch reply[0] {
 	case 1:
-		l.c.holds.acquired(k, acquisition{
+		if !l.c.holds.acquired(k, acquisition{
 			kind: l.kind, name: l.name, count: reply[1], lease: lease, sentAt: sentAt,
 			renew: l.spec.renewal(k.field), token: uint64(reply[2]), parent: parent,
-			traced: trace.SpanFromContext(ctx).IsRecording(),
-		})
+			traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,
+		}) {
+			return false, 0, ErrClosed // Close began meanwhile: the hold is being given up
+		}
 		return true, 0, nil
 	case -1:
 		return false, 0, ErrUpgrade
@@ -292,7 +294,7 @@ func (l *RLock) unlock(ctx context.Context) error {
 func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 	call = repeating(call)
 	after, deadline, done := l.c.holds.unlocking(k)
-	ran := l.c.goRelease(func(life context.Context) {
+	ran := l.c.goBackground(func(life context.Context) {
 		if after != nil { // an earlier operation of the owner is settling: release after it
 			select {
 			case <-after:
@@ -308,6 +310,20 @@ func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 	})
 	if !ran {
 		done(-1)
+	}
+}
+
+// giveUp releases every level of the hold k, for Close (see giver): one release after another until the
+// owner holds nothing. A release whose reply was lost is sent again as it is, and may then take one more
+// level than was meant: at Close that is harmless, since the Client gives up all of its owner's levels and
+// no other Client can hold a field of its owner.
+func (l *RLock) giveUp(life context.Context, k holdKey, deadline time.Time) error {
+	call := releaseCall{field: k.field}
+	for {
+		left, err := l.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) { return l.release(ctx, call) })
+		if err != nil || left <= 0 {
+			return err
+		}
 	}
 }
 

@@ -73,8 +73,8 @@ var ErrNoQuorum = errors.New("relock: no quorum of redlock nodes")
 // ErrLockLost is the cause (context.Cause) of a hold's context when the hold ended without its owner
 // releasing it: Redis no longer had it when the watchdog came to renew it (it expired during a pause,
 // was deleted by ForceUnlock or by hand, or Redis restarted), the watchdog could not renew it before it
-// expired, its lease ran out, or its Client was closed. Causes wrap it with the reason; test with
-// errors.Is.
+// expired, or its lease ran out. Causes wrap it with the reason; test with errors.Is. A hold its Client
+// gave up at Close is not lost: its cause matches ErrClosed and context.Canceled (see Client.Close).
 var ErrLockLost = errors.New("relock: lock lost")
 
 // The causes of a loss. Each wraps ErrLockLost.
@@ -82,8 +82,12 @@ var (
 	errHoldGone     = fmt.Errorf("%w: the hold is gone from Redis", ErrLockLost)
 	errRenewTimeout = fmt.Errorf("%w: not renewed before it expired", ErrLockLost)
 	errLeaseExpired = fmt.Errorf("%w: its lease ran out", ErrLockLost)
-	errClientClosed = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
+	errClientClosed = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed) // a Client that stopped without giving its holds up
 )
+
+// errGivenUp is the cause of a hold's context when Close gave the hold up: its Client released it, as its
+// owner's Unlock would have (context.Canceled), because it was closed (ErrClosed). It is not a loss.
+var errGivenUp = fmt.Errorf("%w: the hold was given up (%w)", ErrClosed, context.Canceled)
 
 // errUnexpectedReply means a script answered in a shape it never produces: the key was changed by
 // something that does not follow the lock's layout, or the script is not the one relock sent.
@@ -183,4 +187,14 @@ func permanent(err error) bool {
 		}
 	}
 	return false
+}
+
+// didNotRun reports whether a failed command surely did not run, so that sending it again cannot apply it
+// twice: its connection could not be made, or the server answered that it cannot run commands now (a
+// server loading its data, a cluster failing over: LOADING, TRYAGAIN, CLUSTERDOWN, MASTERDOWN).
+func didNotRun(err error) bool {
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		return transient(err)
+	}
+	return unsent(err)
 }

@@ -18,3 +18,11 @@ func PubSubKnown(c *Client) string {
 func ShardedPubSubFor(ctx context.Context, c *Client, channel string) (bool, error) {
 	return c.shardedPubSub(ctx, channel)
 }
+
+// Abandon closes c as its process dying would leave things: nothing is given up in Redis (holds, permits
+// and queue entries expire by themselves), background work is cancelled, and hold contexts end with a
+// cause matching ErrLockLost and ErrClosed. Tests of what happens when a holder dies use it; Close gives
+// everything up.
+func Abandon(c *Client) {
+	c.once.Do(func() { _ = c.shutdown(context.Background(), true) })
+}

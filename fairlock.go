@@ -28,7 +28,7 @@ import (
 // drop it; should one drop it anyway, or should it be removed by hand, it goes back to the head of the
 // queue within a watchdog timeout/3, and takes the lock if it is free. When a holder's lease runs out
 // without an Unlock, the head of the queue takes the lock as soon as the key expires. A Client that is
-// closed does not remove its waiters' entries: they expire like those of a dead process.
+// closed removes its waiters' entries (see Client.Close); a dead process's expire as told above.
 //
 // Everything else (reentrancy, leases, the watchdog, HoldContext, fencing, one script per attempt and per
 // Unlock) is as for every RLock. When no owner holds or waits for the lock, none of its keys is left in Redis

@@ -557,13 +557,13 @@ func TestFairLockLongWaitingWaiterKeepsItsPlace(t *testing.T) {
 	})
 }
 
-// A dead relock waiter at the head of the queue (its process killed, or its Client closed: its entries
-// stay) is dropped within about its watchdog timeout (1 s) by the live relock waiter behind it, although
+// A dead relock waiter at the head of the queue (its process killed, or its Client stopped without leaving:
+// Abandon; its entries stay) is dropped within about its watchdog timeout (1 s) by the live relock waiter behind it, although
 // Redisson's clients would keep it for the wait time; then the lock goes to the Java threads behind it,
 // and the relock waiter behind them keeps its place as their acquisitions shorten its score.
 func TestFairLockDeadWaiterHoldsUpRedissonWaitersBriefly(t *testing.T) {
 	t.Parallel()
-	for _, how := range []string{"killed", "closed"} {
+	for _, how := range []string{"killed", "abandoned"} {
 		t.Run(how, func(t *testing.T) {
 			srv := redistest.Start(t)
 			rdb := rawClient(t, srv)
@@ -591,9 +591,9 @@ func TestFairLockDeadWaiterHoldsUpRedissonWaitersBriefly(t *testing.T) {
 				ended := make(chan error, 1)
 				go func() { ended <- doomed.FairLock(fairLockKey).Lock(relock.WithOwner(run.ctx, "doomed")) }()
 				die = func() {
-					doomed.Close()
+					relock.Abandon(doomed) // it dies: its entry stays until its alive time ends
 					if err := <-ended; !errors.Is(err, relock.ErrClosed) {
-						t.Fatalf("a waiter of a closed Client: %v", err)
+						t.Fatalf("a waiter of an abandoned Client: %v", err)
 					}
 				}
 			}

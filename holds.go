@@ -32,6 +32,7 @@ type acquisition struct {
 	parent context.Context // the acquiring call's context: the hold span's parent
 	traced bool            // the acquisition's span records: give the hold one too
 	group  holdKey         // the hold group the hold joins (see holdgroups.go); zero: none
+	giver  giver           // how Close gives the hold up; nil: it cannot (a test's)
 	// keepAlive marks an entry that is not a hold but something a waiter keeps alive the same way (a fair
 	// lock's queue entry): renewed like a hold, but without contexts, spans or metrics.
 	keepAlive bool
@@ -62,6 +63,7 @@ type hold struct {
 	// out to have released the hold, it was lost.
 	releases int
 	gone     bool
+	giver    giver // see acquisition.giver
 	// settling is closed when the undo of an acquisition whose reply was lost, or the completion of an
 	// unlock whose reply was lost, is over. Until then the owner's next operation on this hold waits, so
 	// the undo or completion sees counts nobody else is changing.
@@ -127,12 +129,51 @@ func newHoldTable(c *Client, timeout time.Duration) *holdTable {
 	}
 }
 
-// acquired records a successful acquisition, first or reentrant, and schedules what the hold needs.
-func (w *holdTable) acquired(k holdKey, a acquisition) {
+// giver is what gives up a Client's hold at Close: a lock kind releases the hold wholly, a permit
+// semaphore gives the permit back, a wait queue takes the waiting owner out. A giver is the object that
+// made the hold (an *RLock, ...): recording it costs an acquisition nothing.
+type giver interface {
+	// giveUp gives up the hold k in Redis, announcing it as its owner's release would, trying until
+	// Redis answers, life ends, or deadline (when the hold expires by itself) passes. It returns nil
+	// when Redis has nothing of the hold any more.
+	giveUp(life context.Context, k holdKey, deadline time.Time) error
+}
+
+// relinquishment is a hold Close gives up, in the background.
+type relinquishment struct {
+	k        holdKey
+	giver    giver
+	settling chan struct{} // an earlier operation of the owner being settled, to wait for; or nil
+	deadline time.Time     // when the hold expires by itself: nothing to give up after that
+}
+
+// run gives the hold up, once what settles it is over.
+func (r relinquishment) run(life context.Context) error {
+	if r.settling != nil {
+		select {
+		case <-r.settling:
+		case <-life.Done():
+			return life.Err()
+		}
+	}
+	return r.giver.giveUp(life, r.k, r.deadline)
+}
+
+// acquired records a successful acquisition, first or reentrant, and schedules what the hold needs. Once
+// Close has begun it records nothing: it gives the hold up in the background, and reports false.
+func (w *holdTable) acquired(k holdKey, a acquisition) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return
+		if a.giver != nil {
+			ttl := a.lease
+			if ttl == 0 {
+				ttl = w.timeout
+			}
+			r := relinquishment{k: k, giver: a.giver, deadline: a.sentAt.Add(ttl)}
+			w.c.goBackground(func(life context.Context) { _ = r.run(life) })
+		}
+		return false
 	}
 	h := w.holds[k]
 	if h == nil {
@@ -140,7 +181,7 @@ func (w *holdTable) acquired(k holdKey, a acquisition) {
 		w.holds[k] = h
 	}
 	if h.acquiredAt.IsZero() { // a first acquisition (or a placeholder being filled in)
-		h.kind, h.name, h.acquiredAt, h.keepAlive = a.kind, a.name, time.Now(), a.keepAlive
+		h.kind, h.name, h.acquiredAt, h.keepAlive, h.giver = a.kind, a.name, time.Now(), a.keepAlive, a.giver
 		h.span = noSpan
 		if a.group != (holdKey{}) {
 			w.groupLocked(h, a.group)
@@ -166,6 +207,7 @@ func (w *holdTable) acquired(k holdKey, a acquisition) {
 	}
 	w.refreshRiskLocked(h, time.Now())
 	w.scheduleLocked(h, a.sentAt)
+	return true
 }
 
 // releasing records that the owner is sending a release of k. Its outcome is then recorded by released,

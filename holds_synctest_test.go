@@ -91,7 +91,9 @@ func allRenewed(call scriptCall) ([]int64, error) {
 // closeFake.
 func newFakeClient(t *testing.T, f *fakeRunner, timeout time.Duration) *Client {
 	life, end := context.WithCancel(context.Background())
-	c := &Client{id: "client", watchdogTimeout: timeout, watchdogTimeoutArg: fmtMillis(timeout), life: life, end: end, scripts: f}
+	closing, beginClose := context.WithCancel(life)
+	c := &Client{id: "client", watchdogTimeout: timeout, watchdogTimeoutArg: fmtMillis(timeout), life: life, end: end,
+		closing: closing, beginClose: beginClose, scripts: f}
 	c.pubsub.Store(pubPlain)
 	c.holds = newHoldTable(c, timeout)
 	var err error
@@ -104,9 +106,10 @@ func newFakeClient(t *testing.T, f *fakeRunner, timeout time.Duration) *Client {
 // closeFake is Close for a Client made by newFakeClient.
 func closeFake(c *Client) {
 	c.closed.Store(true)
+	c.bg.close()
 	c.end()
 	c.holds.close()
-	c.bg.Wait()
+	_ = c.bg.wait(context.Background())
 }
 
 // acquireFake records a successful acquisition of lock name by owner, as the engine does.

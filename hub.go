@@ -224,15 +224,21 @@ func (h *hub) onMessage(channel, message string) {
 	}
 }
 
+// stop makes every waiter, and every later join, return ErrClosed. The loop goes on (waiters leave, and
+// their subscriptions end) until the Client's lifetime is over.
+func (h *hub) stop() {
+	h.mu.Lock()
+	if !h.closed {
+		h.closed = true
+		close(h.done)
+	}
+	h.mu.Unlock()
+}
+
 // close ends the hub; the Client's lifetime must already be over so that the loop stops.
 func (h *hub) close() {
+	h.stop()
 	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return
-	}
-	h.closed = true
-	close(h.done)
 	started := h.started
 	h.mu.Unlock()
 	if started {

@@ -16,9 +16,9 @@ import (
 // it again (the hold count goes up) and must unlock it as many times as it acquired it; only the owner may
 // unlock. A hold acquired with a lease lives for the lease; one acquired without a lease is kept alive by
 // the Client's watchdog until the owner's final Unlock, and expires within the watchdog timeout if its
-// holder stops (crash, Close, partition). A hold that ends any other way than by its owner's Unlock is
-// lost: the owner's HoldContext is cancelled with a cause matching ErrLockLost, and its Unlock returns
-// ErrNotHeld.
+// holder stops (crash, partition). Client.Close releases every hold its Client has. A hold that ends any
+// other way than by its owner's Unlock or its Client's Close is lost: the owner's HoldContext is cancelled
+// with a cause matching ErrLockLost, and its Unlock returns ErrNotHeld.
 //
 // Every acquisition attempt and every Unlock is one round trip: one Lua script. A lock is a small value;
 // making one costs nothing in Redis, and any number may exist for the same name. A nil *RLock, or one made
@@ -148,9 +148,10 @@ func (l *RLock) ForceUnlock(ctx context.Context) (bool, error) {
 // HoldContext returns a context, derived from ctx, for the hold of ctx's owner on the lock. It is
 // cancelled when the hold ends: with context.Canceled when the owner's final Unlock releases it, and with
 // a cause matching ErrLockLost (see context.Cause) when the hold is lost: Redis no longer had it when the
-// watchdog came to renew or check it, the watchdog could not renew it before it expired, its lease ran out,
-// or the Client was closed. It is cancelled too when ctx is. Work that must stop when the lock is no longer
-// held should run under it.
+// watchdog came to renew or check it, the watchdog could not renew it before it expired, or its lease ran
+// out. When the Client is closed, it is cancelled, as Close begins, with a cause matching ErrClosed and
+// context.Canceled (Close releases the hold). It is cancelled too when ctx is. Work that must stop when the
+// lock is no longer held should run under it.
 //
 // HoldContext answers from what the Client knows, without a round trip: it returns ErrNotHeld when the
 // owner has no hold that this Client acquired and has not seen end. It costs O(1): calling it again with

@@ -143,10 +143,12 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 			if reply[0] != 1 {
 				return false, durationMillis(reply[1]), nil // -1: wait for a release
 			}
-			s.c.holds.acquired(holdKey{key: s.timeouts, field: id}, acquisition{kind: kindSemaphore, name: s.name, count: 1,
+			if !s.c.holds.acquired(holdKey{key: s.timeouts, field: id}, acquisition{kind: kindSemaphore, name: s.name, count: 1,
 				lease: lease, sentAt: sentAt, parent: parent, group: holdKey{key: s.timeouts, field: owner},
-				traced: trace.SpanFromContext(ctx).IsRecording(),
-				renew:  renewal{script: scriptPermitRenew, keys: s.permitKeys[1:2], field: id}})
+				traced: trace.SpanFromContext(ctx).IsRecording(), giver: s,
+				renew: renewal{script: scriptPermitRenew, keys: s.permitKeys[1:2], field: id}}) {
+				return false, 0, ErrClosed // Close began meanwhile: the permit is being given back
+			}
 			permit = &Permit{s: s, id: id}
 			return true, 0, nil
 		})
@@ -166,6 +168,15 @@ func (s *PermitSemaphore) giveBack(ids ...string) {
 			return 0, err
 		})
 	})
+}
+
+// giveUp gives the permit k back, for Close (see giver). Giving a permit back is safe to repeat.
+func (s *PermitSemaphore) giveUp(life context.Context, k holdKey, deadline time.Time) error {
+	_, err := s.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) {
+		_, err := s.release(ctx, k.field)
+		return 0, err
+	})
+	return err
 }
 
 // release gives back the permits ids, in one script run, and reports which were given back.
@@ -281,7 +292,8 @@ func (s *PermitSemaphore) Held(ctx context.Context) (int, error) {
 
 // Context returns a context, derived from ctx, that ends when the permit does: with a cause matching
 // ErrLockLost when it is lost (it expired: its holder stalled, or Redis did not answer in time), with
-// context.Canceled when it is released. It returns ErrNotHeld for a permit that ended already.
+// context.Canceled when it is released, and with a cause matching both ErrClosed and context.Canceled when
+// the Client is closed (Close gives it back). It returns ErrNotHeld for a permit that ended already.
 func (p *Permit) Context(ctx context.Context) (context.Context, error) {
 	hc, err := p.s.c.holds.holdContext(ctx, holdKey{key: p.s.timeouts, field: p.id})
 	return hc, wrapErrCtx(ctx, "permitcontext", p.s.name, err)

@@ -80,7 +80,7 @@ func TestPermitSemaphore(t *testing.T) {
 	}
 }
 
-// A permit whose holder stops renewing it (its Client closed, as when its process dies) comes back
+// A permit whose holder stops renewing it (its process dies: Abandon) comes back
 // within the watchdog timeout, to a waiter that was woken by nothing else.
 func TestPermitOfADeadHolderComesBack(t *testing.T) {
 	t.Parallel()
@@ -94,7 +94,7 @@ func TestPermitOfADeadHolderComesBack(t *testing.T) {
 	if _, err := dead.PermitSemaphore("crash").Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	dead.Close()
+	relock.Abandon(dead)
 	start := time.Now()
 	p, err := alive.PermitSemaphore("crash").Acquire(ctx)
 	if err != nil {

@@ -136,7 +136,7 @@ func logOwner(kind lockKind, field string) string {
 	return field
 }
 
-// logLoss logs the loss of the hold h (cause matches ErrLockLost), unless its Client was closed.
+// logLoss logs the loss of the hold h (cause matches ErrLockLost), unless its Client stopped.
 func (t *telemetry) logLoss(h *hold, cause error) {
 	if t.log == nil || errors.Is(cause, ErrClosed) {
 		return

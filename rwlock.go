@@ -10,8 +10,8 @@ import "slices"
 // The state is one hash at the lock's name: field "mode" ("read" or "write"), a field per reader
 // "<owner>" with its read count, and the writer's field "<owner>:write" with its write count. Each read
 // hold level n also has a key "<base>:<owner>:rwlock_timeout:<n>" (<base>: "{<name>}", or the name when it holds a "{") that expires on its own, and each
-// Client renews only its own readers' keys: a reader whose Client dies or is closed stops counting within
-// the watchdog timeout, even while other readers keep the lock alive. Releases are announced on
+// Client renews only its own readers' keys: a reader whose Client dies stops counting within the watchdog
+// timeout, even while other readers keep the lock alive (a Client that is closed releases its readers). Releases are announced on
 // "redisson_rwlock:{<name>}", and wake every waiter of the lock on each Client.
 //
 // The owner that holds the write lock may take the read lock too, and keep it after releasing the write

@@ -186,7 +186,7 @@ func TestDeadReaderStopsBlockingWriter(t *testing.T) {
 	if err := alive.ReadWriteLock("rw").ReadLock().Lock(liveCtx); err != nil {
 		t.Fatal(err)
 	}
-	dead.Close() // its reader is never released and no longer renewed
+	relock.Abandon(dead) // its reader is never released and no longer renewed
 	got := make(chan time.Time, 1)
 	go func() {
 		if err := writer.ReadWriteLock("rw").WriteLock().Lock(ctx); err != nil {
@@ -355,7 +355,7 @@ func TestLastLiveReaderDeletesLockDespiteDeadReaders(t *testing.T) {
 	if err := alive.ReadWriteLock("rw").ReadLock().Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	dead.Close()
+	relock.Abandon(dead)
 	time.Sleep(1500 * time.Millisecond) // the dead reader's hold expires; the live one is renewed
 	if n, _ := do(t, rdb, "HLEN", "rw").AsInt64(); n != 3 {
 		t.Fatalf("HLEN = %d; want the mode and both readers' fields", n)

@@ -18,7 +18,8 @@ import (
 // rides out an outage (connections refused, a server loading), but not an attempt of its whose reply was
 // lost, as trying again would strand those permits unseen. An Acquire or DrainPermits whose context ends
 // while its script is in flight returns at once, but its reply is still awaited, for up to the Client's
-// WatchdogTimeout: the permits it took, if it ran, are then given back.
+// WatchdogTimeout: the permits it took, if it ran, are then given back (Client.Close waits for that, up to
+// its bound).
 //
 // Waiters are woken by the announcements, never by polling: a release of n permits wakes up to n waiters of
 // each Client (each Redisson JVM wakes as many), which try again; the order in which waiters get permits is
@@ -110,16 +111,23 @@ func (s *Semaphore) take(ctx context.Context, call scriptCall, unit int64) (int6
 		return 0, err
 	}
 	f := &flight{done: make(chan struct{})}
-	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // ctx's values, not its end
-	go func() {
+	// The call runs with ctx's values, not its end, as background work: Close waits for it, and for its
+	// give-back, up to its bound, and ends it when the Client's lifetime ends.
+	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if !s.c.goBackground(func(life context.Context) {
+		stop := context.AfterFunc(life, cancel)
+		defer stop()
 		f.reply, f.err = s.c.scripts.runInt(callCtx, call)
 		cancel()
 		if f.state.CompareAndSwap(flightRunning, flightReturned) {
 			close(f.done)
 		} else if f.err == nil && f.reply > 0 {
-			s.giveBack(f.reply * unit) // the caller is gone
+			s.giveBack(life, f.reply*unit) // the caller is gone
 		}
-	}()
+	}) {
+		cancel()
+		return 0, ErrClosed
+	}
 	select {
 	case <-f.done:
 	case <-ctx.Done():
@@ -155,13 +163,13 @@ const (
 	flightLeft     // the caller returned ctx's error: the reply is the call's to settle
 )
 
-// giveBack releases, in the background, permits an acquisition took after its caller gave up. It tries
-// once: a release whose outcome is unknown is not sent again, for it may have run.
-func (s *Semaphore) giveBack(permits int64) {
-	s.c.goBackground(func(life context.Context) {
-		ctx, cancel := context.WithTimeout(life, retryAttemptTimeout)
-		defer cancel()
-		_, _ = s.announce(ctx, "relock.semaphore.giveback", scriptSemaphoreRelease, strconv.FormatInt(permits, 10))
+// giveBack releases permits an acquisition took after its caller gave up, for up to the watchdog timeout
+// (Close ends it at its bound). It tries again after an error that shows the release did not run (a refused
+// connection, LOADING), not after one whose outcome is unknown: a release that may have run is not sent
+// again, for it would make up permits.
+func (s *Semaphore) giveBack(life context.Context, permits int64) {
+	_, _ = s.c.retry(life, time.Now().Add(s.c.watchdogTimeout), false, func(ctx context.Context) (int64, error) {
+		return s.announce(ctx, "relock.semaphore.giveback", scriptSemaphoreRelease, strconv.FormatInt(permits, 10))
 	})
 }
 

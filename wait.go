@@ -21,8 +21,13 @@ type acquireOp struct {
 	wait    time.Duration // < 0: as long as ctx allows; 0: one attempt
 }
 
-// acquire runs op in the shared wait loop, inside a "relock.acquire" span, and records its outcome.
+// acquire runs op in the shared wait loop, inside a "relock.acquire" span, and records its outcome. Close
+// waits for it (see Client.begin); once Close has begun, it fails with ErrClosed.
 func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, error) {
+	if !c.begin() {
+		return false, ErrClosed
+	}
+	defer c.finish()
 	start := time.Now()
 	ctx, span := c.tel.startSpan(ctx, "relock.acquire", op.kind, op.name)
 	attempts := 0

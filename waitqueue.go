@@ -38,7 +38,7 @@ func (q *waitQueue) prepare(ctx context.Context, k holdKey) error {
 // waiting is told of each attempt that may have left the owner queued: the watchdog keeps the entry alive.
 func (q *waitQueue) waiting(k holdKey, kind lockKind, sentAt time.Time) {
 	q.c.holds.acquired(q.entryKey(k), acquisition{
-		kind: kind, count: 1, sentAt: sentAt, keepAlive: true,
+		kind: kind, count: 1, sentAt: sentAt, keepAlive: true, giver: q,
 		renew: renewal{script: q.refresh.script, keys: q.refresh.keys, field: k.field, args: q.refreshArgs()},
 	})
 }
@@ -70,14 +70,7 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 	}
 	_, settled := q.c.holds.settle(ek)
 	leave := func(life context.Context) {
-		q.c.retryUnknown(life, time.Now().Add(q.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
-			pub, err := q.c.publishCommand(ctx, q.entries) // the queue is in the lock's slot
-			if err != nil {
-				return 0, err
-			}
-			return q.c.scripts.runInt(ctx, scriptCall{script: q.leave, keys: q.leaveKeys,
-				args: append([]string{k.field, q.message, pub}, q.leaveArgs...)})
-		})
+		_ = q.giveUp(life, ek, time.Now().Add(q.c.watchdogTimeout))
 	}
 	ran := q.c.goBackground(func(life context.Context) {
 		leave(life)
@@ -87,7 +80,8 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 		}
 		for _, d := range lateLeaves { // the owner's next attempts do not wait for these
 			select {
-			case <-life.Done():
+			case <-q.c.closing.Done(): // the Client is closing: leave once more now, not later
+				leave(life)
 				return
 			case <-time.After(d):
 			}
@@ -100,4 +94,19 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 	if !ran {
 		settled(0)
 	}
+}
+
+// giveUp takes the owner of the entry k (see entryKey) out of the queue, waking whoever that lets in, until
+// Redis answers, life ends or deadline passes: when it gives up waiting, and for Close (see giver).
+// Leaving is safe to repeat.
+func (q *waitQueue) giveUp(life context.Context, k holdKey, deadline time.Time) error {
+	_, err := q.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) {
+		pub, err := q.c.publishCommand(ctx, q.entries) // the queue is in the lock's slot
+		if err != nil {
+			return 0, err
+		}
+		return q.c.scripts.runInt(ctx, scriptCall{script: q.leave, keys: q.leaveKeys,
+			args: append([]string{k.field, q.message, pub}, q.leaveArgs...)})
+	})
+	return err
 }

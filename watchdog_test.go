@@ -58,7 +58,10 @@ func TestWatchdogRenewsPastTimeout(t *testing.T) {
 	}
 }
 
-func TestClosedHolderReleasesWithinWatchdogTimeout(t *testing.T) {
+// A holder whose process dies (Abandon: its Client stops without giving anything up) loses its hold
+// within the watchdog timeout, and the hold context says so. (Close gives its holds up at once: see
+// shutdown_test.go.)
+func TestDeadHolderReleasesWithinWatchdogTimeout(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	holder, err := relock.New([]string{srv.Addr()}, fastWatchdog)
@@ -76,15 +79,15 @@ func TestClosedHolderReleasesWithinWatchdogTimeout(t *testing.T) {
 	}
 	time.Sleep(1500 * time.Millisecond) // renewed at least once
 	closedAt := time.Now()
-	holder.Close()
+	relock.Abandon(holder)
 	if cause := context.Cause(held); !errors.Is(cause, relock.ErrLockLost) || !errors.Is(cause, relock.ErrClosed) {
-		t.Fatalf("hold context cause after Close = %v, want ErrLockLost and ErrClosed", cause)
+		t.Fatalf("hold context cause after Abandon = %v, want ErrLockLost and ErrClosed", cause)
 	}
 	if err := other.Lock("abandoned").Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(closedAt); d > 1500*time.Millisecond {
-		t.Fatalf("the other Client got the lock %v after the holder closed; watchdog timeout is 1s", d)
+		t.Fatalf("the other Client got the lock %v after the holder died; watchdog timeout is 1s", d)
 	}
 }
 

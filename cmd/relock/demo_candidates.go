@@ -175,6 +175,7 @@ type demoGate struct {
 	mu      sync.Mutex
 	stalled chan struct{} // nil when not stalled; closed when the stall ends
 	shut    bool          // no command is held back any more
+	dead    bool          // every command fails (kill)
 	late    sync.WaitGroup
 }
 
@@ -195,6 +196,21 @@ func (g *demoGate) resume() {
 		close(g.stalled)
 		g.stalled = nil
 	}
+}
+
+// kill makes every command fail from now on, as the connections of a process that died would: the
+// candidate's Client then tells Redis nothing, not even at Close.
+func (g *demoGate) kill() {
+	g.mu.Lock()
+	g.dead = true
+	g.mu.Unlock()
+}
+
+// gone reports whether the gate was killed.
+func (g *demoGate) gone() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.dead
 }
 
 // close ends the stall, if any, for good, and waits until the commands held back are sent.
@@ -235,6 +251,9 @@ func (g *demoGate) hold(ctx context.Context, send func(ctx context.Context)) err
 
 // Do sends cmd, after the stall if the gate is stalled.
 func (g *demoGate) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if g.gone() {
+		return rueidis.NewErrorResult(rueidis.ErrClosing)
+	}
 	if err := g.hold(ctx, func(lctx context.Context) { g.Client.Do(lctx, cmd) }); err != nil {
 		return rueidis.NewErrorResult(err)
 	}
@@ -243,7 +262,11 @@ func (g *demoGate) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisR
 
 // DoMulti sends cmds, after the stall if the gate is stalled.
 func (g *demoGate) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	if err := g.hold(ctx, func(lctx context.Context) { g.Client.DoMulti(lctx, cmds...) }); err != nil {
+	err := g.hold(ctx, func(lctx context.Context) { g.Client.DoMulti(lctx, cmds...) })
+	if err == nil && g.gone() {
+		err = rueidis.ErrClosing
+	}
+	if err != nil {
 		out := make([]rueidis.RedisResult, len(cmds))
 		for i := range out {
 			out[i] = rueidis.NewErrorResult(err)
@@ -259,7 +282,8 @@ type demoCandidates interface {
 	campaign(i int) error
 	// resign tells candidate i, which leads, to resign.
 	resign(i int) error
-	// die ends candidate i without a resignation: its Client is closed, or its process killed.
+	// die ends candidate i without a resignation: its Client is cut off from Redis and closed, or its
+	// process killed.
 	die(i int) error
 	// stall stops candidate i's link with Redis (this process), or the process (SIGSTOP); resume undoes it.
 	stall(i int) error
@@ -351,6 +375,7 @@ func (r *localCandidates) resign(i int) error {
 func (r *localCandidates) die(i int) error {
 	c := r.cands[i]
 	c.quiet.Store(true)
+	c.gate.kill()        // its Client can tell Redis nothing any more: Close would resign
 	c.closed.Do(c.close) // no Resign: the Client is gone, and its hold expires in Redis
 	c.cancel()
 	return nil

@@ -279,7 +279,7 @@ func (r *electionRun) scenario(ctx context.Context) error {
 		return err
 	}
 
-	how := "its Client is closed"
+	how := "its Client is cut off from Redis and closed"
 	if f.processes > 0 {
 		how = "its process is killed (SIGKILL)"
 	}

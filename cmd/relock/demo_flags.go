@@ -97,9 +97,9 @@ the lock for longer than the watchdog timeout and shows the watchdog renewing it
 With --election it shows leader election instead (Client.Election): candidates, each with its own Client,
 campaign, an observer prints each new leader, and the leader writes its term to a fenced store, which rejects
 a write whose term is below the highest it accepted. Then the leader resigns (the next one leads at once),
-the next leader dies without resigning (its Client closed, or its process killed: replaced within about the
-watchdog timeout), and the next one stalls past the watchdog timeout: once it resumes, the store rejects its
-write, whose term is stale.
+the next leader dies without resigning (its Client cut off and closed, or its process killed: replaced
+within about the watchdog timeout), and the next one stalls past the watchdog timeout: once it resumes, the
+store rejects its write, whose term is stale.
 
 Without --redis the demo starts its own Redis: a redis-server child process when one is on PATH, else an
 in-process server. It exits with status 1 if the locked phase loses an update, or if the election goes

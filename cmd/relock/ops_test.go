@@ -105,14 +105,20 @@ func opsOn(t *testing.T, addrs []string, prefix string) {
 			}
 		}
 
-		// A holder whose process is gone: its Client closed without unlocking (the hold lives out its lease).
-		gone, err := relock.New(addrs, nil)
+		// A holder whose process is gone: its connections closed without unlocking (the hold lives out its
+		// lease). Its Client's Close, which would release the hold, finds them closed.
+		goneRdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gone, err := relock.Wrap(goneRdb, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := gone.Lock(prefix+"abandoned").LockWithLease(ctx, time.Minute); err != nil {
 			t.Fatal(err)
 		}
+		goneRdb.Close()
 		gone.Close()
 		waitFor(t, func() bool {
 			j := inspectJSON(t, addr, prefix+"abandoned")

@@ -204,7 +204,7 @@ func countDownLatch(t *testing.T, d *Deployment) {
 }
 
 // Candidates on two Clients lead one at a time, in the order they campaigned, with increasing terms; an
-// observer sees each leader in order; a leader whose renewals stop (its Client closed) is replaced.
+// observer sees each leader in order; a leader whose Client closes (Close resigns) is replaced.
 func election(t *testing.T, d *Deployment) {
 	a, b, dead := d.Client(t, fastWatchdog), d.Client(t, fastWatchdog), d.Client(t, fastWatchdog)
 	ctx := testutil.Ctx(t, 30*time.Second)
@@ -239,7 +239,7 @@ func election(t *testing.T, d *Deployment) {
 	if l, err := a.Election(name).Leader(ctx); err != nil || l.Value != "dead" || l.Term != first {
 		t.Fatalf("Leader = %+v, %v; want the first candidate", l, err)
 	}
-	dead.Close() // dies leading: replaced within about the watchdog timeout
+	dead.Close() // closes leading: it resigns
 	want := []won{{"dead", first, nil}}
 	for range 2 {
 		select {
