@@ -49,7 +49,7 @@ type Leader struct {
 // Election returns the election called name. The name is its lock's Redis key; a name that
 // ErrInvalidName describes makes every method return it.
 func (c *Client) Election(name string) *Election {
-	return &Election{c: c, name: name, lock: c.FairLock(name, WithFencing()), keys: []string{name, companion("relock_election", name)}}
+	return &Election{c: c, name: name, lock: c.FairLock(name, WithFencing(), holdOnce), keys: []string{name, companion("relock_election", name)}}
 }
 
 func (e *Election) check(ctx context.Context) error {
@@ -67,9 +67,11 @@ func (e *Election) check(ctx context.Context) error {
 
 // Campaign makes ctx's owner a candidate with value, and returns once it leads, with its term; or when ctx
 // ends, with its error (the candidate leaves the queue then). An owner that leads already gets its term,
-// after one script run that makes sure the term is recorded (and changes nothing if it is). Work done as
-// the leader should run under LeadershipContext, and pass the term to the resources it writes (see
-// WithFencing).
+// after one script run that makes sure the term is recorded (and changes nothing if it is). Leadership is
+// one hold: however many Campaigns its owner made (at once, or again after the Client reported the
+// leadership lost while Redis still had it, which then gives it back with its term), one Resign ends it.
+// Work done as the leader should run under LeadershipContext, and pass the term to the resources it
+// writes (see WithFencing).
 //
 // Winning takes two script runs: the lock's acquisition, then the record of the new leader, which checks
 // that the lock is still held. When the record cannot be written (the leadership was lost meanwhile, or
@@ -128,8 +130,8 @@ func (e *Election) record(ctx context.Context, term uint64, value string) error 
 	return err
 }
 
-// Resign gives up the leadership of ctx's owner: the candidate that has waited longest leads next, at
-// once. It returns ErrNotHeld when the owner does not lead. As with Unlock, a ctx that has ended still
+// Resign gives up the leadership of ctx's owner, whatever Campaigns it made: the candidate that has waited
+// longest leads next, at once. It returns ErrNotHeld when the owner does not lead. As with Unlock, a ctx that has ended still
 // resigns, in the background.
 func (e *Election) Resign(ctx context.Context) error {
 	if e == nil || e.c == nil {

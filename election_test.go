@@ -413,3 +413,124 @@ func TestElectionCampaignWhileLeadingRecordsTheTerm(t *testing.T) {
 		t.Fatalf("%d entries, want 1", n)
 	}
 }
+
+// resignEnds checks that one Resign by owner ends its leadership in Redis: Leader says nobody leads, the
+// election's lock is gone, and another candidate leads at once.
+func resignEnds(t *testing.T, ctx context.Context, c, other *relock.Client, rdb rueidis.Client, name string, owner context.Context) {
+	t.Helper()
+	if err := c.Election(name).Resign(owner); err != nil {
+		t.Fatalf("Resign = %v", err)
+	}
+	if l, err := other.Election(name).Leader(ctx); !errors.Is(err, relock.ErrNoLeader) {
+		hold, _ := do(t, rdb, "HGETALL", name).AsStrMap()
+		t.Fatalf("after one Resign: Leader = %+v, %v (the lock: %v); want ErrNoLeader", l, err, hold)
+	}
+	won := make(chan error, 1)
+	go func() {
+		_, err := other.Election(name).Campaign(relock.WithOwner(ctx, "next"), "next")
+		won <- err
+	}()
+	receive(t, won, 5*time.Second, "another candidate does not lead after the leader resigned")
+	if err := other.Election(name).Resign(relock.WithOwner(ctx, "next")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two Campaigns by one owner at once, both waiting behind another leader: they get one leadership, with
+// one term, which one Resign ends. (They got a hold count of 2: one Resign returned nil while the owner
+// kept leading, renewed for ever, and no other candidate could lead.)
+func TestElectionConcurrentCampaignsByOneOwnerAreOneHold(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	opts := &relock.Options{WatchdogTimeout: 3 * time.Second}
+	c, other := newClient(t, srv, opts), newClient(t, srv, opts)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const name = "election-twice"
+	first := relock.WithOwner(ctx, "first")
+	if _, err := other.Election(name).Campaign(first, "first"); err != nil {
+		t.Fatal(err)
+	}
+	owner := relock.WithOwner(ctx, "owner")
+	type won struct {
+		term uint64
+		err  error
+	}
+	wins := make(chan won, 2)
+	for range 2 {
+		go func() {
+			term, err := c.Election(name).Campaign(owner, "owner")
+			wins <- won{term, err}
+		}()
+	}
+	eventually(t, 5*time.Second, "both Campaigns wait", func() bool { return numsub(t, rdb, "redisson_lock__channel:{"+name+"}:"+ownerField(t, c, owner)) == 1 })
+	time.Sleep(100 * time.Millisecond) // both have made their attempts
+	if err := other.Election(name).Resign(first); err != nil {
+		t.Fatal(err)
+	}
+	w1, w2 := <-wins, <-wins
+	if w1.err != nil || w2.err != nil || w1.term != w2.term {
+		t.Fatalf("Campaigns = %+v, %+v; want one term", w1, w2)
+	}
+	resignEnds(t, ctx, c, other, rdb, name, owner)
+}
+
+// ownerField returns the field of ctx's owner on c, as the lock's hash and channels name it.
+func ownerField(t *testing.T, c *relock.Client, ctx context.Context) string {
+	t.Helper()
+	tok, ok := relock.OwnerToken(ctx)
+	if !ok {
+		t.Fatal("no owner in ctx")
+	}
+	return c.ID() + ":" + tok
+}
+
+// A leader whose renewals ran in Redis but whose replies were lost (its link's way back stalled) is told
+// it lost its leadership, though Redis still has it; a "campaign again on loss" loop then campaigns, and
+// gets its leadership back, with the same term. One Resign must end it. (The Campaign re-entered the
+// lock: hold count 2, and Resign left the owner leading, renewed for ever.)
+func TestElectionCampaignAfterLostRenewalRepliesIsOneHold(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	opts := &relock.Options{WatchdogTimeout: 3 * time.Second}
+	c, other := clientAt(t, proxy.Addr, opts), newClient(t, srv, opts)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const name = "election-lost-reply"
+	owner := relock.WithOwner(ctx, "owner")
+	term, err := c.Election(name).Campaign(owner, "owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, err := c.Election(name).LeadershipContext(owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := ownerField(t, c, owner)
+	// A first renewal (EVAL after EVALSHA's NOSCRIPT: it needs its reply), then the way back stalls:
+	// renewals (EVALSHA) reach Redis and run, their replies do not come back.
+	won := time.Now()
+	eventually(t, 5*time.Second, "the leadership is renewed", func() bool {
+		pttl, _ := do(t, rdb, "PTTL", name).AsInt64()
+		return time.Duration(pttl)*time.Millisecond > 3*time.Second-time.Since(won)+300*time.Millisecond
+	})
+	proxy.Stall(faultnet.Downstream, true)
+	select {
+	case <-lead.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader was not told that its renewals got no answer")
+	}
+	if !errors.Is(context.Cause(lead), relock.ErrLockLost) {
+		t.Fatalf("the leadership's context: %v, want ErrLockLost", context.Cause(lead))
+	}
+	if n, _ := do(t, rdb, "HEXISTS", name, field).AsInt64(); n != 1 {
+		t.Fatal("the leadership is gone from Redis too: the renewals did not run")
+	}
+	proxy.Stall(faultnet.Downstream, false)
+	again, err := c.Election(name).Campaign(owner, "owner")
+	if err != nil || again != term {
+		t.Fatalf("Campaign again = %d, %v; want the term Redis still has, %d", again, err, term)
+	}
+	resignEnds(t, ctx, c, other, rdb, name, owner)
+}
