@@ -21,8 +21,10 @@ var ErrNoLeader = errors.New("relock: no leader")
 // process dies or stalls is replaced within about the watchdog timeout, while one that resigns hands over
 // at once. A leader's term is the lock's fencing token: every new leader's is larger than every earlier
 // leader's, so a store that rejects writes with a term below the highest it has seen never accepts a
-// write from a leader that was replaced. Candidates are owners, by the locks' rule (WithOwner, else the
-// calling goroutine).
+// write from a leader that was replaced. That holds while Redis keeps the election's keys: when it loses
+// them (a restart without persistence, a failover to a replica that lagged), terms count again from where
+// Redis is, and Observe says so (Leader.Restarted). Candidates are owners, by the locks' rule (WithOwner,
+// else the calling goroutine).
 //
 // Each new leader is recorded, with its term and the value it campaigned with, in the stream
 // "relock_election:{name}" (relock's own; the last 1000 leaders are kept), from which Leader reads the
@@ -44,6 +46,13 @@ type Leader struct {
 	Term uint64
 	// Owner is the leader's owner, "<clientID>:<token>".
 	Owner string
+	// Restarted, set by Observe only, says that terms started again: this leader's term is not above the
+	// last one the observer delivered. Redis lost the election's keys (a restart without persistence, a
+	// failover to a replica that lagged) and counts terms from 1, or from where the replica was, again. A
+	// store that rejects writes whose term is below the highest it has accepted would reject this leader's:
+	// it must start over from this term (the old leaders' writes it might then accept were made before the
+	// keys were lost).
+	Restarted bool
 }
 
 // Election returns the election called name. The name is its lock's Redis key; a name that
@@ -177,9 +186,10 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // Observe delivers the election's leaders on the channel it returns, in the order they were elected: first
 // the last leader recorded when Observe was called (whether or not it still leads), then each new one as
 // it is recorded. Every observer sees the same sequence; none is skipped while the observer keeps up with
-// the last 1000. The channel is closed when ctx ends or the Client is closed; it is not buffered, so a
-// slow reader only delays its own deliveries. Observe reads the last leader before it returns, and
-// returns the error if it cannot.
+// the last 1000. When terms start again (Redis lost the election's keys), the leaders are delivered all
+// the same, the first with Restarted set. The channel is closed when ctx ends or the Client is closed; it
+// is not buffered, so a slow reader only delays its own deliveries. Observe reads the last leader before
+// it returns, and returns the error if it cannot.
 //
 // An observer waits with XREAD BLOCK on the stream of leaders: it does not poll, and holds one
 // connection of the Client's pool while it waits. When Redis fails it tries again, backing off, and goes
@@ -211,9 +221,9 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if !e.c.goBackground(func(context.Context) {
 		defer close(ch)
 		defer end()
-		var lastTerm uint64
-		if e.deliver(octx, ch, first, &lastTerm) {
-			e.observe(octx, ch, last, &lastTerm)
+		var seen delivered
+		if e.deliver(octx, ch, first, &seen) {
+			e.observe(octx, ch, last, &seen)
 		}
 	}) {
 		end()
@@ -222,14 +232,35 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	return ch, nil
 }
 
-// observe reads the stream of leaders after the entry last, sending each leader with a term above
-// *lastTerm, the last one sent, until ctx ends.
-func (e *Election) observe(ctx context.Context, ch chan<- Leader, last string, lastTerm *uint64) {
+// delivered is the last leader an observer delivered.
+type delivered struct {
+	any   bool
+	term  uint64
+	owner string
+}
+
+// observe reads the stream of leaders after the entry last, delivering its leaders, until ctx ends. After a
+// failure (the connection broke: Redis may have restarted) it first makes sure the stream is still the one
+// it read (see rewound).
+func (e *Election) observe(ctx context.Context, ch chan<- Leader, last string, seen *delivered) {
 	stream := e.keys[1]
 	backoff := reconnectBackoffMin
+	failed := false
 	for ctx.Err() == nil {
-		streams, err := e.c.rdb.Do(ctx, e.c.rdb.B().Xread().Block(0).Streams().Key(stream).Id(last).Build()).AsXRead()
+		var streams map[string][]rueidis.XRangeEntry
+		var err error
+		if failed {
+			last, err = e.rewound(ctx, last)
+		}
+		if err == nil {
+			// Not XREAD's builder: rueidis sends a read-only command again, on a new connection, when its
+			// connection breaks, and the observer would never hear that Redis went away (and may have come
+			// back without the stream it read).
+			cmd := e.c.rdb.B().Arbitrary("XREAD").Args("BLOCK", "0", "STREAMS").Keys(stream).Args(last).Blocking()
+			streams, err = e.c.rdb.Do(ctx, cmd).AsXRead()
+		}
 		if err != nil && !rueidis.IsRedisNil(err) {
+			failed = true
 			select {
 			case <-ctx.Done():
 			case <-time.After(backoff):
@@ -237,28 +268,50 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader, last string, l
 			backoff = min(2*backoff, reconnectBackoffMax)
 			continue
 		}
-		backoff = reconnectBackoffMin
+		failed, backoff = false, reconnectBackoffMin
 		entries := streams[stream]
 		if len(entries) > 0 {
 			last = entries[len(entries)-1].ID
 		}
-		if !e.deliver(ctx, ch, entries, lastTerm) {
+		if !e.deliver(ctx, ch, entries, seen) {
 			return
 		}
 	}
 }
 
-// deliver sends the leaders of entries whose terms are above *lastTerm, in order, and reports whether ctx
-// is still going.
-func (e *Election) deliver(ctx context.Context, ch chan<- Leader, entries []rueidis.XRangeEntry, lastTerm *uint64) bool {
+// rewound returns where an observer that read the stream of leaders up to the entry last goes on from:
+// last while the stream still has that entry; else the stream's start ("0-0"). A stream without it was
+// lost and written anew (a restart without persistence, a failover to a replica that lagged), its ids from
+// a clock that may be behind the one before, so every entry of it is new; or it was trimmed past last, and
+// every entry left is newer than last anyway.
+func (e *Election) rewound(ctx context.Context, last string) (string, error) {
+	if last == "0-0" {
+		return last, nil
+	}
+	at, err := e.c.rdb.Do(ctx, e.c.rdb.B().Xrange().Key(e.keys[1]).Start(last).End(last).Build()).AsXRange()
+	if err != nil || len(at) > 0 {
+		return last, err
+	}
+	return "0-0", nil
+}
+
+// deliver sends the leaders of entries, in order, and reports whether ctx is still going. A leader whose
+// term is not above the last one delivered is one after terms started again (Restarted), unless it is
+// that same leader, recorded again (its record was lost and written anew while it led).
+func (e *Election) deliver(ctx context.Context, ch chan<- Leader, entries []rueidis.XRangeEntry, seen *delivered) bool {
 	for _, entry := range entries {
 		term, err := strconv.ParseUint(entry.FieldValues["term"], 10, 64)
-		if err != nil || term <= *lastTerm {
-			continue // not a leader's entry, or one older than a leader delivered (the stream was rewritten)
+		if err != nil {
+			continue // not a leader's entry
 		}
+		l := Leader{Value: entry.FieldValues["value"], Term: term, Owner: entry.FieldValues["owner"]}
+		if seen.any && term == seen.term && l.Owner == seen.owner {
+			continue
+		}
+		l.Restarted = seen.any && term <= seen.term
 		select {
-		case ch <- Leader{Value: entry.FieldValues["value"], Term: term, Owner: entry.FieldValues["owner"]}:
-			*lastTerm = term
+		case ch <- l:
+			*seen = delivered{any: true, term: term, owner: l.Owner}
 		case <-ctx.Done():
 			return false
 		}

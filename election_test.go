@@ -534,3 +534,116 @@ func TestElectionCampaignAfterLostRenewalRepliesIsOneHold(t *testing.T) {
 	}
 	resignEnds(t, ctx, c, other, rdb, name, owner)
 }
+
+// campaignAfterRestart campaigns for owner on c until it leads, riding out the errors of the first calls
+// after a restart (EOF on a connection the server closed), and returns its term. A Campaign that failed
+// may have taken a term (it resigned), so the term is not always 1.
+func campaignAfterRestart(t *testing.T, c *relock.Client, name string, owner context.Context, value string) uint64 {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		term, err := c.Election(name).Campaign(owner, value)
+		if err == nil {
+			return term
+		}
+		t.Logf("Campaign after the restart: %v", err)
+		if time.Now().After(end) {
+			t.Fatal("no Campaign succeeded within 10 s of the restart")
+		}
+	}
+}
+
+// After a restart without persistence the election's keys are gone and terms count from 1 again. Observe
+// delivers every new leader all the same, the first one with Restarted set (its term is not above the
+// last one delivered), as Leader reports them; terms that grow again are delivered as usual.
+func TestElectionObserveAfterTermsRestart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, &relock.Options{WatchdogTimeout: 2 * time.Second})
+	ctx := ctxTimeout(t, 60*time.Second)
+	const name = "observe-restart"
+	e := c.Election(name)
+	obs, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect := func(want relock.Leader) {
+		t.Helper()
+		if l := nextLeader(t, obs, 10*time.Second); l.Value != want.Value || l.Term != want.Term || l.Restarted != want.Restarted {
+			t.Fatalf("observed %+v, want %+v", l, want)
+		}
+	}
+	const before = 5 // leaders before the restart, with terms 1 to 5
+	for i := range before {
+		who := fmt.Sprint("before-", i)
+		owner := relock.WithOwner(ctx, who)
+		term, err := e.Campaign(owner, who)
+		if err != nil || term != uint64(i+1) {
+			t.Fatalf("Campaign = %d, %v; want term %d", term, err, i+1)
+		}
+		expect(relock.Leader{Value: who, Term: term})
+		if i < before-1 {
+			if err := e.Resign(owner); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := srv.Restart(); err != nil { // the last leadership is lost with everything else
+		t.Fatal(err)
+	}
+	first := relock.WithOwner(ctx, "first")
+	term := campaignAfterRestart(t, c, name, first, "first")
+	if term > 2 {
+		t.Fatalf("first term after the restart = %d: the counter was not lost, or failed Campaigns took terms", term)
+	}
+	if l, err := e.Leader(ctx); err != nil || l.Value != "first" || l.Term != term {
+		t.Fatalf("Leader = %+v, %v; want first, term %d", l, err, term)
+	}
+	expect(relock.Leader{Value: "first", Term: term, Restarted: true})
+	if err := e.Resign(first); err != nil {
+		t.Fatal(err)
+	}
+	// The next terms are not above the last one delivered before the restart either: the observer started
+	// over at the first leader's, and each is above the one before it.
+	for i := range 3 {
+		who := fmt.Sprint("after-", i)
+		owner := relock.WithOwner(ctx, who)
+		next, err := e.Campaign(owner, who)
+		if err != nil || next != term+1 {
+			t.Fatalf("Campaign = %d, %v; want term %d", next, err, term+1)
+		}
+		term = next
+		expect(relock.Leader{Value: who, Term: term})
+		if err := e.Resign(owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// An observer follows the stream of leaders by entry id. Ids come from the server's clock: after a restart
+// or a failover to a server whose clock is behind the one before, new entries can have ids below the last
+// one the observer read. Here the last leader before the restart was recorded with an id far ahead (as a
+// server with its clock ahead would); the leader after the restart must be delivered all the same.
+func TestElectionObserveAfterStreamIDsWentBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 60*time.Second)
+	const name = "observe-ids-back"
+	e := c.Election(name)
+	obs, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(t, rdb, "XADD", "relock_election:{"+name+"}", "99999999999999-0", "term", "7", "value", "ahead", "owner", "x:y")
+	if l := nextLeader(t, obs, 10*time.Second); l.Value != "ahead" || l.Term != 7 {
+		t.Fatalf("observed %+v, want the leader recorded by hand", l)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	term := campaignAfterRestart(t, c, name, relock.WithOwner(ctx, "after"), "after")
+	if l := nextLeader(t, obs, 10*time.Second); l.Value != "after" || l.Term != term || !l.Restarted {
+		t.Fatalf("observed %+v, want the leader after the restart, with Restarted", l)
+	}
+}
