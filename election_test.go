@@ -485,56 +485,6 @@ func ownerField(t *testing.T, c *relock.Client, ctx context.Context) string {
 	return c.ID() + ":" + tok
 }
 
-// A leader whose renewals ran in Redis but whose replies were lost (its link's way back stalled) is told
-// it lost its leadership, though Redis still has it; a "campaign again on loss" loop then campaigns, and
-// gets its leadership back, with the same term. One Resign must end it. (The Campaign re-entered the
-// lock: hold count 2, and Resign left the owner leading, renewed for ever.)
-func TestElectionCampaignAfterLostRenewalRepliesIsOneHold(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	proxy := startProxy(t, srv)
-	opts := &relock.Options{WatchdogTimeout: 3 * time.Second}
-	c, other := clientAt(t, proxy.Addr, opts), newClient(t, srv, opts)
-	rdb := rawClient(t, srv)
-	ctx := ctxTimeout(t, 30*time.Second)
-	const name = "election-lost-reply"
-	owner := relock.WithOwner(ctx, "owner")
-	term, err := c.Election(name).Campaign(owner, "owner")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lead, err := c.Election(name).LeadershipContext(owner)
-	if err != nil {
-		t.Fatal(err)
-	}
-	field := ownerField(t, c, owner)
-	// A first renewal (EVAL after EVALSHA's NOSCRIPT: it needs its reply), then the way back stalls:
-	// renewals (EVALSHA) reach Redis and run, their replies do not come back.
-	won := time.Now()
-	eventually(t, 5*time.Second, "the leadership is renewed", func() bool {
-		pttl, _ := do(t, rdb, "PTTL", name).AsInt64()
-		return time.Duration(pttl)*time.Millisecond > 3*time.Second-time.Since(won)+300*time.Millisecond
-	})
-	proxy.Stall(faultnet.Downstream, true)
-	select {
-	case <-lead.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the leader was not told that its renewals got no answer")
-	}
-	if !errors.Is(context.Cause(lead), relock.ErrLockLost) {
-		t.Fatalf("the leadership's context: %v, want ErrLockLost", context.Cause(lead))
-	}
-	if n, _ := do(t, rdb, "HEXISTS", name, field).AsInt64(); n != 1 {
-		t.Fatal("the leadership is gone from Redis too: the renewals did not run")
-	}
-	proxy.Stall(faultnet.Downstream, false)
-	again, err := c.Election(name).Campaign(owner, "owner")
-	if err != nil || again != term {
-		t.Fatalf("Campaign again = %d, %v; want the term Redis still has, %d", again, err, term)
-	}
-	resignEnds(t, ctx, c, other, rdb, name, owner)
-}
-
 // campaignAfterRestart campaigns for owner on c until it leads, riding out the errors of the first calls
 // after a restart (EOF on a connection the server closed), and returns its term. A Campaign that failed
 // may have taken a term (it resigned), so the term is not always 1.

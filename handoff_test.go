@@ -3,7 +3,9 @@ package relock
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +27,22 @@ type gatedRunner struct {
 	held   chan struct{}
 	resume chan struct{}
 	runs   map[*script]int // runs answered (or failed), by script
+	// lose makes every batch (the watchdog's renewals) run on Redis and then fail, as if its connection
+	// broke before the replies came back.
+	lose atomic.Bool
+}
+
+// errReplyCut is what a batch run under gatedRunner.lose fails with: the connection's end, mid-reply.
+var errReplyCut = io.ErrUnexpectedEOF
+
+func (g *gatedRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]int64, []error) {
+	replies, errs := g.runner.runBatch(ctx, calls)
+	if g.lose.Load() {
+		for i := range errs {
+			replies[i], errs[i] = nil, errReplyCut
+		}
+	}
+	return replies, errs
 }
 
 func gateScripts(c *Client) *gatedRunner {
