@@ -193,7 +193,8 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 //
 // An observer waits with XREAD BLOCK on the stream of leaders: it does not poll, and holds one
 // connection of the Client's pool while it waits. When Redis fails it tries again, backing off, and goes
-// on from the last leader it delivered.
+// on after the last entry it read that Redis still has: a server that lost the stream (or a replica that
+// has only its first entries) gives it the leaders recorded since, not again those it delivered.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, wrapErrCtx(ctx, "observe", e.name, err)
@@ -202,10 +203,6 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	first, err := e.c.do(ctx, e.c.rdb.B().Xrevrange().Key(stream).End("+").Start("-").Count(1).Build()).AsXRange()
 	if err != nil {
 		return nil, wrapErrCtx(ctx, "observe", e.name, err)
-	}
-	last := "0-0" // nothing recorded yet: wait for the first leader
-	if len(first) > 0 {
-		last = first[0].ID
 	}
 	ch := make(chan Leader)
 	// The observer's context ends with ctx or the Client, and has no deadline: rueidis abandons a blocking
@@ -221,9 +218,9 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if !e.c.goBackground(func(context.Context) {
 		defer close(ch)
 		defer end()
-		var seen delivered
-		if e.deliver(octx, ch, first, &seen) {
-			e.observe(octx, ch, last, &seen)
+		o := &observer{e: e, ch: ch, read: make(map[string]bool)}
+		if o.deliver(octx, first) {
+			o.observe(octx)
 		}
 	}) {
 		end()
@@ -232,32 +229,52 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	return ch, nil
 }
 
-// delivered is the last leader an observer delivered.
-type delivered struct {
-	any   bool
-	term  uint64
-	owner string
+// streamKept is about how many entries the stream of leaders keeps (election_record.lua trims it).
+const streamKept = 1000
+
+// observer is one Observe's reader of the stream of leaders.
+type observer struct {
+	e  *Election
+	ch chan<- Leader
+	// order and read are the ids of the last entries read (as many as the stream keeps), oldest first:
+	// the last one is where reading goes on, and after Redis lost the stream they tell which of the
+	// entries it has now were read already (see rewound).
+	order []string
+	read  map[string]bool
+	// the last leader delivered, if any
+	delivered bool
+	term      uint64
+	owner     string
 }
 
-// observe reads the stream of leaders after the entry last, delivering its leaders, until ctx ends. After a
-// failure (the connection broke: Redis may have restarted) it first makes sure the stream is still the one
-// it read (see rewound).
-func (e *Election) observe(ctx context.Context, ch chan<- Leader, last string, seen *delivered) {
-	stream := e.keys[1]
+// last returns the id of the last entry read, or "0-0".
+func (o *observer) last() string {
+	if len(o.order) == 0 {
+		return "0-0"
+	}
+	return o.order[len(o.order)-1]
+}
+
+// observe reads the stream of leaders after the last entry read, delivering its leaders, until ctx ends.
+// After a failure (the connection broke: Redis may have restarted) it first finds where to go on from
+// (see rewound).
+func (o *observer) observe(ctx context.Context) {
+	stream, rdb := o.e.keys[1], o.e.c.rdb
 	backoff := reconnectBackoffMin
 	failed := false
 	for ctx.Err() == nil {
 		var streams map[string][]rueidis.XRangeEntry
 		var err error
+		from := o.last()
 		if failed {
-			last, err = e.rewound(ctx, last)
+			from, err = o.rewound(ctx)
 		}
 		if err == nil {
 			// Not XREAD's builder: rueidis sends a read-only command again, on a new connection, when its
 			// connection breaks, and the observer would never hear that Redis went away (and may have come
 			// back without the stream it read).
-			cmd := e.c.rdb.B().Arbitrary("XREAD").Args("BLOCK", "0", "STREAMS").Keys(stream).Args(last).Blocking()
-			streams, err = e.c.rdb.Do(ctx, cmd).AsXRead()
+			cmd := rdb.B().Arbitrary("XREAD").Args("BLOCK", "0", "STREAMS").Keys(stream).Args(from).Blocking()
+			streams, err = rdb.Do(ctx, cmd).AsXRead()
 		}
 		if err != nil && !rueidis.IsRedisNil(err) {
 			failed = true
@@ -269,49 +286,64 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader, last string, s
 			continue
 		}
 		failed, backoff = false, reconnectBackoffMin
-		entries := streams[stream]
-		if len(entries) > 0 {
-			last = entries[len(entries)-1].ID
-		}
-		if !e.deliver(ctx, ch, entries, seen) {
+		if !o.deliver(ctx, streams[stream]) {
 			return
 		}
 	}
 }
 
-// rewound returns where an observer that read the stream of leaders up to the entry last goes on from:
-// last while the stream still has that entry; else the stream's start ("0-0"). A stream without it was
-// lost and written anew (a restart without persistence, a failover to a replica that lagged), its ids from
-// a clock that may be behind the one before, so every entry of it is new; or it was trimmed past last, and
-// every entry left is newer than last anyway.
-func (e *Election) rewound(ctx context.Context, last string) (string, error) {
+// rewound returns the id after which the stream of leaders has only entries the observer has not read:
+// the last entry read, while the stream has it. A stream without it was trimmed past it (what is left is
+// newer), or lost and written anew: by a server that restarted without persistence (every entry is new,
+// its ids from a clock that may be behind the one before), or by a replica that lagged (it has the first
+// entries read, ids and all, and new ones after them). It goes on after the newest entry read that the
+// stream still has, or from its start.
+func (o *observer) rewound(ctx context.Context) (string, error) {
+	last := o.last()
 	if last == "0-0" {
 		return last, nil
 	}
-	at, err := e.c.rdb.Do(ctx, e.c.rdb.B().Xrange().Key(e.keys[1]).Start(last).End(last).Build()).AsXRange()
-	if err != nil || len(at) > 0 {
+	rdb, stream := o.e.c.rdb, o.e.keys[1]
+	tail, err := rdb.Do(ctx, rdb.B().Xrevrange().Key(stream).End(last).Start("-").Count(1).Build()).AsXRange()
+	if err != nil || len(tail) > 0 && tail[0].ID == last {
 		return last, err
+	}
+	older, err := rdb.Do(ctx, rdb.B().Xrevrange().Key(stream).End(last).Start("-").Count(streamKept).Build()).AsXRange()
+	if err != nil {
+		return last, err
+	}
+	for _, x := range older {
+		if o.read[x.ID] {
+			return x.ID, nil
+		}
 	}
 	return "0-0", nil
 }
 
-// deliver sends the leaders of entries, in order, and reports whether ctx is still going. A leader whose
-// term is not above the last one delivered is one after terms started again (Restarted), unless it is
-// that same leader, recorded again (its record was lost and written anew while it led).
-func (e *Election) deliver(ctx context.Context, ch chan<- Leader, entries []rueidis.XRangeEntry, seen *delivered) bool {
+// deliver records entries as read and sends their leaders, in order; it reports whether ctx is still
+// going. A leader whose term is not above the last one delivered is one after terms started again
+// (Restarted), unless it is that same leader, recorded again (its record was lost and written anew while
+// it led).
+func (o *observer) deliver(ctx context.Context, entries []rueidis.XRangeEntry) bool {
 	for _, entry := range entries {
+		if len(o.order) == streamKept {
+			delete(o.read, o.order[0])
+			o.order = o.order[1:]
+		}
+		o.order = append(o.order, entry.ID)
+		o.read[entry.ID] = true
 		term, err := strconv.ParseUint(entry.FieldValues["term"], 10, 64)
 		if err != nil {
 			continue // not a leader's entry
 		}
 		l := Leader{Value: entry.FieldValues["value"], Term: term, Owner: entry.FieldValues["owner"]}
-		if seen.any && term == seen.term && l.Owner == seen.owner {
+		if o.delivered && term == o.term && l.Owner == o.owner {
 			continue
 		}
-		l.Restarted = seen.any && term <= seen.term
+		l.Restarted = o.delivered && term <= o.term
 		select {
-		case ch <- l:
-			*seen = delivered{any: true, term: term, owner: l.Owner}
+		case o.ch <- l:
+			o.delivered, o.term, o.owner = true, term, l.Owner
 		case <-ctx.Done():
 			return false
 		}

@@ -597,3 +597,53 @@ func TestElectionObserveAfterStreamIDsWentBack(t *testing.T) {
 		t.Fatalf("observed %+v, want the leader after the restart, with Restarted", l)
 	}
 }
+
+// After a failover to a replica that lagged, Redis has the first leaders of the stream (the same entries,
+// ids and all) and a fencing counter as far as they went, not the last leaders. An observer that saw them
+// all delivers the next leader (its term not above the last it delivered: Restarted), and none of the
+// leaders it delivered before. The failover is played by a restart under a partition: the server comes
+// back with what a replica that had the first 3 of 5 leaders would have, before the Client reaches it.
+func TestElectionObserveAfterFailoverToLaggingReplica(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	c := clientAt(t, proxy.Addr, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 60*time.Second)
+	const name, stream, counter = "observe-lagging", "relock_election:{observe-lagging}", "redisson_lock_token:{observe-lagging}"
+	e := c.Election(name)
+	obs, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		who := fmt.Sprint("before-", i)
+		owner := relock.WithOwner(ctx, who)
+		if _, err := e.Campaign(owner, who); err != nil {
+			t.Fatal(err)
+		}
+		if l := nextLeader(t, obs, 10*time.Second); l.Value != who {
+			t.Fatalf("observed %+v, want %s", l, who)
+		}
+		if err := e.Resign(owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := do(t, rdb, "XRANGE", stream, "-", "+").AsXRange()
+	if err != nil || len(entries) != 5 {
+		t.Fatalf("XRANGE = %v, %v", entries, err)
+	}
+	proxy.Partition(true)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range entries[:3] {
+		do(t, rdb, "XADD", stream, x.ID, "term", x.FieldValues["term"], "value", x.FieldValues["value"], "owner", x.FieldValues["owner"])
+	}
+	do(t, rdb, "SET", counter, "3")
+	proxy.Partition(false)
+	term := campaignAfterRestart(t, c, name, relock.WithOwner(ctx, "after"), "after")
+	if l := nextLeader(t, obs, 10*time.Second); l.Value != "after" || l.Term != term || l.Restarted != (term <= 5) {
+		t.Fatalf("observed %+v after the failover, want after, term %d, Restarted", l, term)
+	}
+}
