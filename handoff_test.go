@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,6 +25,7 @@ type gatedRunner struct {
 	mu     sync.Mutex
 	script *script
 	after  bool
+	match  func(call scriptCall) bool // which run of script to hold (nil: the first)
 	held   chan struct{}
 	resume chan struct{}
 	runs   map[*script]int // runs answered (or failed), by script
@@ -54,9 +56,14 @@ func gateScripts(c *Client) *gatedRunner {
 // arm makes the next run of s wait, before it is sent (after false) or once its reply came: held is
 // closed when it waits, and resume lets it go on.
 func (g *gatedRunner) arm(s *script, after bool) (held <-chan struct{}, resume func()) {
+	return g.armFor(s, after, nil)
+}
+
+// armFor is arm for the next run of s that match accepts.
+func (g *gatedRunner) armFor(s *script, after bool, match func(scriptCall) bool) (held <-chan struct{}, resume func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.script, g.after = s, after
+	g.script, g.after, g.match = s, after, match
 	g.held, g.resume = make(chan struct{}), make(chan struct{})
 	r := g.resume
 	return g.held, sync.OnceFunc(func() { close(r) })
@@ -69,12 +76,13 @@ func (g *gatedRunner) ran(s *script) int {
 	return g.runs[s]
 }
 
-func (g *gatedRunner) at(s *script, after bool) {
+func (g *gatedRunner) at(call scriptCall, after bool) {
+	s := call.script
 	g.mu.Lock()
 	if after {
 		g.runs[s]++
 	}
-	if g.script != s || g.after != after {
+	if g.script != s || g.after != after || g.match != nil && !g.match(call) {
 		g.mu.Unlock()
 		return
 	}
@@ -86,16 +94,16 @@ func (g *gatedRunner) at(s *script, after bool) {
 }
 
 func (g *gatedRunner) runInt(ctx context.Context, call scriptCall) (int64, error) {
-	g.at(call.script, false)
+	g.at(call, false)
 	n, err := g.runner.runInt(ctx, call)
-	g.at(call.script, true)
+	g.at(call, true)
 	return n, err
 }
 
 func (g *gatedRunner) runAcquire(ctx context.Context, call scriptCall) ([3]int64, error) {
-	g.at(call.script, false)
+	g.at(call, false)
 	reply, err := g.runner.runAcquire(ctx, call)
-	g.at(call.script, true)
+	g.at(call, true)
 	return reply, err
 }
 
@@ -119,13 +127,24 @@ func until(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// startWaiting runs acquire in a goroutine and returns once it waits on channel as its n-th waiter, its
-// attempts before sleeping (one before joining, one after: attempt's runs 2n in all) over.
-func startWaiting(t *testing.T, c *Client, g *gatedRunner, attempt *script, channel string, n int, acquire func() error) <-chan error {
+// hubWaiterCount returns how many waiters c's hub has, on every channel.
+func hubWaiterCount(c *Client) int {
+	c.hub.mu.Lock()
+	defer c.hub.mu.Unlock()
+	n := 0
+	for _, e := range c.hub.entries {
+		n += len(e.waiters)
+	}
+	return n
+}
+
+// startWaiting runs acquire in a goroutine and returns once it waits as c's n-th waiter, its attempts
+// before sleeping (one before joining, one after: attempt's runs 2n in all) over.
+func startWaiting(t *testing.T, c *Client, g *gatedRunner, attempt *script, n int, acquire func() error) <-chan error {
 	t.Helper()
 	res := make(chan error, 1)
 	go func() { res <- acquire() }()
-	until(t, "a waiter joins", func() bool { return len(hubWaiters(c, channel)) == n && g.ran(attempt) == 2*n })
+	until(t, "a waiter joins", func() bool { return hubWaiterCount(c) == n && g.ran(attempt) == 2*n })
 	return res
 }
 
@@ -175,8 +194,8 @@ func TestSemaphoreSecondReleaseBeforeWinnerLeaves(t *testing.T) {
 			if _, err := other.Semaphore(name).TrySetPermits(ctx, 0); err != nil {
 				t.Fatal(err)
 			}
-			a := startWaiting(t, c, g, gated, channel, 1, acquire)
-			b := startWaiting(t, c, g, gated, channel, 2, acquire)
+			a := startWaiting(t, c, g, gated, 1, acquire)
+			b := startWaiting(t, c, g, gated, 2, acquire)
 			wa := hubWaiters(c, channel)[0]
 
 			held, resume := g.arm(gated, true)
@@ -198,36 +217,61 @@ func TestSemaphoreSecondReleaseBeforeWinnerLeaves(t *testing.T) {
 
 // Two waiters of a lock on one Client, A the older. The holder's release wakes A, whose ctx ends as its
 // attempt is about to be sent: the attempt fails unsent, and the lock is free. B must get it: a lost
-// wake-up leaves it asleep until the holder's TTL, as it last read it, runs out (30 s).
+// wake-up leaves an RLock's waiter asleep until the holder's TTL, as it last read it, runs out (30 s).
+// A FairLock's waiters each have a channel (the queue's leave wakes the next); a ReadWriteLock's release
+// wakes every waiter: they are here to show that every kind hands the lock on.
 func TestLockWaiterCtxEndsAsItIsWoken(t *testing.T) {
 	srv := redistest.Start(t)
-	c, other := newTestClient(t, srv), newTestClient(t, srv)
-	g := gateScripts(c)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	holder := WithOwner(ctx, "holder")
-	if err := other.Lock("handoff").Lock(holder); err != nil {
-		t.Fatal(err)
-	}
-	actx, acancel := context.WithCancel(WithOwner(ctx, "A"))
-	defer acancel()
-	l := c.Lock("handoff")
-	a := startWaiting(t, c, g, scriptAcquire, l.channel, 1, func() error { return l.Lock(actx) })
-	b := startWaiting(t, c, g, scriptAcquire, l.channel, 2, func() error { return l.Lock(WithOwner(ctx, "B")) })
+	for _, k := range []struct {
+		kind    string
+		lock    func(c *Client, name string) *RLock // the waiters' lock
+		holder  func(c *Client, name string) *RLock
+		attempt *script
+	}{
+		{"lock", lockOf, lockOf, scriptAcquire},
+		{"fair", fairLockOf, fairLockOf, scriptFairAcquire},
+		{"write", writeLock, writeLock, scriptRWWriteAcquire},
+		{"read", readLock, writeLock, scriptRWReadAcquire},
+	} {
+		t.Run(k.kind, func(t *testing.T) {
+			c, other := newTestClient(t, srv), newTestClient(t, srv)
+			g := gateScripts(c)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			name := "handoff-" + k.kind
+			holder := WithOwner(ctx, "holder")
+			if err := k.holder(other, name).Lock(holder); err != nil {
+				t.Fatal(err)
+			}
+			actx, acancel := context.WithCancel(WithOwner(ctx, "A"))
+			defer acancel()
+			l := k.lock(c, name)
+			a := startWaiting(t, c, g, k.attempt, 1, func() error { return l.Lock(actx) })
+			b := startWaiting(t, c, g, k.attempt, 2, func() error { return l.Lock(WithOwner(ctx, "B")) })
 
-	held, resume := g.arm(scriptAcquire, false)
-	defer resume()
-	if err := other.Lock("handoff").Unlock(holder); err != nil {
-		t.Fatal(err)
+			aField := c.ID() + ":A" // a read-write lock's release wakes B too: hold A's attempt
+			held, resume := g.armFor(k.attempt, false, func(call scriptCall) bool {
+				return slices.Contains(call.args, aField) || slices.Contains(call.args, aField+writerSuffix)
+			})
+			defer resume()
+			if err := k.holder(other, name).Unlock(holder); err != nil {
+				t.Fatal(err)
+			}
+			<-held // A was woken; its attempt waits to be sent
+			acancel()
+			resume()
+			if err := <-a; !errors.Is(err, context.Canceled) {
+				t.Fatalf("A = %v, want its ctx's error", err)
+			}
+			within(t, b, "B")
+		})
 	}
-	<-held // A was woken; its attempt waits to be sent
-	acancel()
-	resume()
-	if err := <-a; !errors.Is(err, context.Canceled) {
-		t.Fatalf("A = %v, want its ctx's error", err)
-	}
-	within(t, b, "B")
 }
+
+func lockOf(c *Client, name string) *RLock     { return c.Lock(name) }
+func fairLockOf(c *Client, name string) *RLock { return c.FairLock(name) }
+func writeLock(c *Client, name string) *RLock  { return c.ReadWriteLock(name).WriteLock() }
+func readLock(c *Client, name string) *RLock   { return c.ReadWriteLock(name).ReadLock() }
 
 // A semaphore waiter that wants more permits than are free does not keep a waiter that wants fewer
 // asleep: A (the older) wants 2, B 1; one permit is released. Its message wakes one waiter, A, which
@@ -244,8 +288,8 @@ func TestSemaphoreHeavyWaiterHandsOnToLighter(t *testing.T) {
 	}
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
-	a := startWaiting(t, c, g, scriptSemaphoreAcquire, s.channel, 1, func() error { return s.Acquire(actx, 2) })
-	b := startWaiting(t, c, g, scriptSemaphoreAcquire, s.channel, 2, func() error { return s.Acquire(ctx, 1) })
+	a := startWaiting(t, c, g, scriptSemaphoreAcquire, 1, func() error { return s.Acquire(actx, 2) })
+	b := startWaiting(t, c, g, scriptSemaphoreAcquire, 2, func() error { return s.Acquire(ctx, 1) })
 	if err := other.Semaphore(s.name).Release(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
