@@ -21,8 +21,10 @@ var ErrNoLeader = errors.New("relock: no leader")
 // process dies or stalls is replaced within about the watchdog timeout, while one that resigns hands over
 // at once. A leader's term is the lock's fencing token: every new leader's is larger than every earlier
 // leader's, so a store that rejects writes with a term below the highest it has seen never accepts a
-// write from a leader that was replaced. Candidates are owners, by the locks' rule (WithOwner, else the
-// calling goroutine).
+// write from a leader that was replaced. That holds while Redis keeps the election's keys: when it loses
+// them (a restart without persistence, a failover to a replica that lagged), terms count again from where
+// Redis is, and Observe says so (Leader.Restarted). Candidates are owners, by the locks' rule (WithOwner,
+// else the calling goroutine).
 //
 // Each new leader is recorded, with its term and the value it campaigned with, in the stream
 // "relock_election:{name}" (relock's own; the last 1000 leaders are kept), from which Leader reads the
@@ -44,12 +46,19 @@ type Leader struct {
 	Term uint64
 	// Owner is the leader's owner, "<clientID>:<token>".
 	Owner string
+	// Restarted, set by Observe only, says that terms started again: this leader's term is not above the
+	// last one the observer delivered. Redis lost the election's keys (a restart without persistence, a
+	// failover to a replica that lagged) and counts terms from 1, or from where the replica was, again. A
+	// store that rejects writes whose term is below the highest it has accepted would reject this leader's:
+	// it must start over from this term (the old leaders' writes it might then accept were made before the
+	// keys were lost).
+	Restarted bool
 }
 
 // Election returns the election called name. The name is its lock's Redis key; a name that
 // ErrInvalidName describes makes every method return it.
 func (c *Client) Election(name string) *Election {
-	return &Election{c: c, name: name, lock: c.FairLock(name, WithFencing()), keys: []string{name, companion("relock_election", name)}}
+	return &Election{c: c, name: name, lock: c.FairLock(name, WithFencing(), holdOnce), keys: []string{name, companion("relock_election", name)}}
 }
 
 func (e *Election) check(ctx context.Context) error {
@@ -67,9 +76,11 @@ func (e *Election) check(ctx context.Context) error {
 
 // Campaign makes ctx's owner a candidate with value, and returns once it leads, with its term; or when ctx
 // ends, with its error (the candidate leaves the queue then). An owner that leads already gets its term,
-// after one script run that makes sure the term is recorded (and changes nothing if it is). Work done as
-// the leader should run under LeadershipContext, and pass the term to the resources it writes (see
-// WithFencing).
+// after one script run that makes sure the term is recorded (and changes nothing if it is). Leadership is
+// one hold: however many Campaigns its owner made (at once, or again after the Client reported the
+// leadership lost while Redis still had it, which then gives it back with its term), one Resign ends it.
+// Work done as the leader should run under LeadershipContext, and pass the term to the resources it
+// writes (see WithFencing).
 //
 // Winning takes two script runs: the lock's acquisition, then the record of the new leader, which checks
 // that the lock is still held. When the record cannot be written (the leadership was lost meanwhile, or
@@ -128,8 +139,8 @@ func (e *Election) record(ctx context.Context, term uint64, value string) error 
 	return err
 }
 
-// Resign gives up the leadership of ctx's owner: the candidate that has waited longest leads next, at
-// once. It returns ErrNotHeld when the owner does not lead. As with Unlock, a ctx that has ended still
+// Resign gives up the leadership of ctx's owner, whatever Campaigns it made: the candidate that has waited
+// longest leads next, at once. It returns ErrNotHeld when the owner does not lead. As with Unlock, a ctx that has ended still
 // resigns, in the background.
 func (e *Election) Resign(ctx context.Context) error {
 	if e == nil || e.c == nil {
@@ -176,13 +187,15 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // Observe delivers the election's leaders on the channel it returns, in the order they were elected: first
 // the last leader recorded when Observe was called (whether or not it still leads), then each new one as
 // it is recorded. Every observer sees the same sequence; none is skipped while the observer keeps up with
-// the last 1000. The channel is closed when ctx ends or the Client is closed; it is not buffered, so a
-// slow reader only delays its own deliveries. Observe reads the last leader before it returns, and
-// returns the error if it cannot.
+// the last 1000. When terms start again (Redis lost the election's keys), the leaders are delivered all
+// the same, the first with Restarted set. The channel is closed when ctx ends or the Client is closed; it
+// is not buffered, so a slow reader only delays its own deliveries. Observe reads the last leader before
+// it returns, and returns the error if it cannot.
 //
 // An observer waits with XREAD BLOCK on the stream of leaders: it does not poll, and holds one
 // connection of the Client's pool while it waits. When Redis fails it tries again, backing off, and goes
-// on from the last leader it delivered.
+// on after the last entry it read that Redis still has: a server that lost the stream (or a replica that
+// has only its first entries) gives it the leaders recorded since, not again those it delivered.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, wrapErrCtx(ctx, "observe", e.name, err)
@@ -191,10 +204,6 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	first, err := e.c.do(ctx, e.c.rdb.B().Xrevrange().Key(stream).End("+").Start("-").Count(1).Build()).AsXRange()
 	if err != nil {
 		return nil, wrapErrCtx(ctx, "observe", e.name, err)
-	}
-	last := "0-0" // nothing recorded yet: wait for the first leader
-	if len(first) > 0 {
-		last = first[0].ID
 	}
 	ch := make(chan Leader)
 	// The observer's context ends with ctx or the Client, and has no deadline: rueidis abandons a blocking
@@ -210,9 +219,9 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if !e.c.goBackground(func(context.Context) {
 		defer close(ch)
 		defer end()
-		var lastTerm uint64
-		if e.deliver(octx, ch, first, &lastTerm) {
-			e.observe(octx, ch, last, &lastTerm)
+		o := &observer{e: e, ch: ch, read: make(map[string]bool)}
+		if o.deliver(octx, first) {
+			o.observe(octx)
 		}
 	}) {
 		end()
@@ -221,14 +230,55 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	return ch, nil
 }
 
-// observe reads the stream of leaders after the entry last, sending each leader with a term above
-// *lastTerm, the last one sent, until ctx ends.
-func (e *Election) observe(ctx context.Context, ch chan<- Leader, last string, lastTerm *uint64) {
-	stream := e.keys[1]
+// streamKept is about how many entries the stream of leaders keeps (election_record.lua trims it).
+const streamKept = 1000
+
+// observer is one Observe's reader of the stream of leaders.
+type observer struct {
+	e  *Election
+	ch chan<- Leader
+	// order and read are the ids of the last entries read (as many as the stream keeps), oldest first:
+	// the last one is where reading goes on, and after Redis lost the stream they tell which of the
+	// entries it has now were read already (see rewound).
+	order []string
+	read  map[string]bool
+	// the last leader delivered, if any
+	delivered bool
+	term      uint64
+	owner     string
+}
+
+// last returns the id of the last entry read, or "0-0".
+func (o *observer) last() string {
+	if len(o.order) == 0 {
+		return "0-0"
+	}
+	return o.order[len(o.order)-1]
+}
+
+// observe reads the stream of leaders after the last entry read, delivering its leaders, until ctx ends.
+// After a failure (the connection broke: Redis may have restarted) it first finds where to go on from
+// (see rewound).
+func (o *observer) observe(ctx context.Context) {
+	stream, rdb := o.e.keys[1], o.e.c.rdb
 	backoff := reconnectBackoffMin
+	failed := false
 	for ctx.Err() == nil {
-		streams, err := e.c.rdb.Do(ctx, e.c.rdb.B().Xread().Block(0).Streams().Key(stream).Id(last).Build()).AsXRead()
+		var streams map[string][]rueidis.XRangeEntry
+		var err error
+		from := o.last()
+		if failed {
+			from, err = o.rewound(ctx)
+		}
+		if err == nil {
+			// Not XREAD's builder: rueidis sends a read-only command again, on a new connection, when its
+			// connection breaks, and the observer would never hear that Redis went away (and may have come
+			// back without the stream it read).
+			cmd := rdb.B().Arbitrary("XREAD").Args("BLOCK", "0", "STREAMS").Keys(stream).Args(from).Blocking()
+			streams, err = rdb.Do(ctx, cmd).AsXRead()
+		}
 		if err != nil && !rueidis.IsRedisNil(err) {
+			failed = true
 			select {
 			case <-ctx.Done():
 			case <-time.After(backoff):
@@ -236,28 +286,65 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader, last string, l
 			backoff = min(2*backoff, reconnectBackoffMax)
 			continue
 		}
-		backoff = reconnectBackoffMin
-		entries := streams[stream]
-		if len(entries) > 0 {
-			last = entries[len(entries)-1].ID
-		}
-		if !e.deliver(ctx, ch, entries, lastTerm) {
+		failed, backoff = false, reconnectBackoffMin
+		if !o.deliver(ctx, streams[stream]) {
 			return
 		}
 	}
 }
 
-// deliver sends the leaders of entries whose terms are above *lastTerm, in order, and reports whether ctx
-// is still going.
-func (e *Election) deliver(ctx context.Context, ch chan<- Leader, entries []rueidis.XRangeEntry, lastTerm *uint64) bool {
-	for _, entry := range entries {
-		term, err := strconv.ParseUint(entry.FieldValues["term"], 10, 64)
-		if err != nil || term <= *lastTerm {
-			continue // not a leader's entry, or one older than a leader delivered (the stream was rewritten)
+// rewound returns the id after which the stream of leaders has only entries the observer has not read:
+// the last entry read, while the stream has it. A stream without it was trimmed past it (what is left is
+// newer), or lost and written anew: by a server that restarted without persistence (every entry is new,
+// its ids from a clock that may be behind the one before), or by a replica that lagged (it has the first
+// entries read, ids and all, and new ones after them). It goes on after the newest entry read that the
+// stream still has, or from its start.
+func (o *observer) rewound(ctx context.Context) (string, error) {
+	last := o.last()
+	if last == "0-0" {
+		return last, nil
+	}
+	rdb, stream := o.e.c.rdb, o.e.keys[1]
+	tail, err := rdb.Do(ctx, rdb.B().Xrevrange().Key(stream).End(last).Start("-").Count(1).Build()).AsXRange()
+	if err != nil || len(tail) > 0 && tail[0].ID == last {
+		return last, err
+	}
+	older, err := rdb.Do(ctx, rdb.B().Xrevrange().Key(stream).End(last).Start("-").Count(streamKept).Build()).AsXRange()
+	if err != nil {
+		return last, err
+	}
+	for _, x := range older {
+		if o.read[x.ID] {
+			return x.ID, nil
 		}
+	}
+	return "0-0", nil
+}
+
+// deliver records entries as read and sends their leaders, in order; it reports whether ctx is still
+// going. A leader whose term is not above the last one delivered is one after terms started again
+// (Restarted), unless it is that same leader, recorded again (its record was lost and written anew while
+// it led).
+func (o *observer) deliver(ctx context.Context, entries []rueidis.XRangeEntry) bool {
+	for _, entry := range entries {
+		if len(o.order) == streamKept {
+			delete(o.read, o.order[0])
+			o.order = o.order[1:]
+		}
+		o.order = append(o.order, entry.ID)
+		o.read[entry.ID] = true
+		term, err := strconv.ParseUint(entry.FieldValues["term"], 10, 64)
+		if err != nil {
+			continue // not a leader's entry
+		}
+		l := Leader{Value: entry.FieldValues["value"], Term: term, Owner: entry.FieldValues["owner"]}
+		if o.delivered && term == o.term && l.Owner == o.owner {
+			continue
+		}
+		l.Restarted = o.delivered && term <= o.term
 		select {
-		case ch <- Leader{Value: entry.FieldValues["value"], Term: term, Owner: entry.FieldValues["owner"]}:
-			*lastTerm = term
+		case o.ch <- l:
+			o.delivered, o.term, o.owner = true, term, l.Owner
 		case <-ctx.Done():
 			return false
 		}

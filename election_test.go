@@ -413,3 +413,237 @@ func TestElectionCampaignWhileLeadingRecordsTheTerm(t *testing.T) {
 		t.Fatalf("%d entries, want 1", n)
 	}
 }
+
+// resignEnds checks that one Resign by owner ends its leadership in Redis: Leader says nobody leads, the
+// election's lock is gone, and another candidate leads at once.
+func resignEnds(t *testing.T, ctx context.Context, c, other *relock.Client, rdb rueidis.Client, name string, owner context.Context) {
+	t.Helper()
+	if err := c.Election(name).Resign(owner); err != nil {
+		t.Fatalf("Resign = %v", err)
+	}
+	if l, err := other.Election(name).Leader(ctx); !errors.Is(err, relock.ErrNoLeader) {
+		hold, _ := do(t, rdb, "HGETALL", name).AsStrMap()
+		t.Fatalf("after one Resign: Leader = %+v, %v (the lock: %v); want ErrNoLeader", l, err, hold)
+	}
+	won := make(chan error, 1)
+	go func() {
+		_, err := other.Election(name).Campaign(relock.WithOwner(ctx, "next"), "next")
+		won <- err
+	}()
+	receive(t, won, 5*time.Second, "another candidate does not lead after the leader resigned")
+	if err := other.Election(name).Resign(relock.WithOwner(ctx, "next")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Two Campaigns by one owner at once, both waiting behind another leader: they get one leadership, with
+// one term, which one Resign ends. (They got a hold count of 2: one Resign returned nil while the owner
+// kept leading, renewed for ever, and no other candidate could lead.)
+func TestElectionConcurrentCampaignsByOneOwnerAreOneHold(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	opts := &relock.Options{WatchdogTimeout: 3 * time.Second}
+	c, other := newClient(t, srv, opts), newClient(t, srv, opts)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const name = "election-twice"
+	first := relock.WithOwner(ctx, "first")
+	if _, err := other.Election(name).Campaign(first, "first"); err != nil {
+		t.Fatal(err)
+	}
+	owner := relock.WithOwner(ctx, "owner")
+	type won struct {
+		term uint64
+		err  error
+	}
+	wins := make(chan won, 2)
+	for range 2 {
+		go func() {
+			term, err := c.Election(name).Campaign(owner, "owner")
+			wins <- won{term, err}
+		}()
+	}
+	eventually(t, 5*time.Second, "both Campaigns wait", func() bool { return numsub(t, rdb, "redisson_lock__channel:{"+name+"}:"+ownerField(t, c, owner)) == 1 })
+	time.Sleep(100 * time.Millisecond) // both have made their attempts
+	if err := other.Election(name).Resign(first); err != nil {
+		t.Fatal(err)
+	}
+	w1, w2 := <-wins, <-wins
+	if w1.err != nil || w2.err != nil || w1.term != w2.term {
+		t.Fatalf("Campaigns = %+v, %+v; want one term", w1, w2)
+	}
+	resignEnds(t, ctx, c, other, rdb, name, owner)
+}
+
+// ownerField returns the field of ctx's owner on c, as the lock's hash and channels name it.
+func ownerField(t *testing.T, c *relock.Client, ctx context.Context) string {
+	t.Helper()
+	tok, ok := relock.OwnerToken(ctx)
+	if !ok {
+		t.Fatal("no owner in ctx")
+	}
+	return c.ID() + ":" + tok
+}
+
+// campaignAfterRestart campaigns for owner on c until it leads, riding out the errors of the first calls
+// after a restart (EOF on a connection the server closed), and returns its term. A Campaign that failed
+// may have taken a term (it resigned), so the term is not always 1.
+func campaignAfterRestart(t *testing.T, c *relock.Client, name string, owner context.Context, value string) uint64 {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		term, err := c.Election(name).Campaign(owner, value)
+		if err == nil {
+			return term
+		}
+		t.Logf("Campaign after the restart: %v", err)
+		if time.Now().After(end) {
+			t.Fatal("no Campaign succeeded within 10 s of the restart")
+		}
+	}
+}
+
+// After a restart without persistence the election's keys are gone and terms count from 1 again. Observe
+// delivers every new leader all the same, the first one with Restarted set (its term is not above the
+// last one delivered), as Leader reports them; terms that grow again are delivered as usual.
+func TestElectionObserveAfterTermsRestart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, &relock.Options{WatchdogTimeout: 2 * time.Second})
+	ctx := ctxTimeout(t, 60*time.Second)
+	const name = "observe-restart"
+	e := c.Election(name)
+	obs, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect := func(want relock.Leader) {
+		t.Helper()
+		if l := nextLeader(t, obs, 10*time.Second); l.Value != want.Value || l.Term != want.Term || l.Restarted != want.Restarted {
+			t.Fatalf("observed %+v, want %+v", l, want)
+		}
+	}
+	const before = 5 // leaders before the restart, with terms 1 to 5
+	for i := range before {
+		who := fmt.Sprint("before-", i)
+		owner := relock.WithOwner(ctx, who)
+		term, err := e.Campaign(owner, who)
+		if err != nil || term != uint64(i+1) {
+			t.Fatalf("Campaign = %d, %v; want term %d", term, err, i+1)
+		}
+		expect(relock.Leader{Value: who, Term: term})
+		if i < before-1 {
+			if err := e.Resign(owner); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := srv.Restart(); err != nil { // the last leadership is lost with everything else
+		t.Fatal(err)
+	}
+	first := relock.WithOwner(ctx, "first")
+	term := campaignAfterRestart(t, c, name, first, "first")
+	if term > 2 {
+		t.Fatalf("first term after the restart = %d: the counter was not lost, or failed Campaigns took terms", term)
+	}
+	if l, err := e.Leader(ctx); err != nil || l.Value != "first" || l.Term != term {
+		t.Fatalf("Leader = %+v, %v; want first, term %d", l, err, term)
+	}
+	expect(relock.Leader{Value: "first", Term: term, Restarted: true})
+	if err := e.Resign(first); err != nil {
+		t.Fatal(err)
+	}
+	// The next terms are not above the last one delivered before the restart either: the observer started
+	// over at the first leader's, and each is above the one before it.
+	for i := range 3 {
+		who := fmt.Sprint("after-", i)
+		owner := relock.WithOwner(ctx, who)
+		next, err := e.Campaign(owner, who)
+		if err != nil || next != term+1 {
+			t.Fatalf("Campaign = %d, %v; want term %d", next, err, term+1)
+		}
+		term = next
+		expect(relock.Leader{Value: who, Term: term})
+		if err := e.Resign(owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// An observer follows the stream of leaders by entry id. Ids come from the server's clock: after a restart
+// or a failover to a server whose clock is behind the one before, new entries can have ids below the last
+// one the observer read. Here the last leader before the restart was recorded with an id far ahead (as a
+// server with its clock ahead would); the leader after the restart must be delivered all the same.
+func TestElectionObserveAfterStreamIDsWentBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 60*time.Second)
+	const name = "observe-ids-back"
+	e := c.Election(name)
+	obs, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(t, rdb, "XADD", "relock_election:{"+name+"}", "99999999999999-0", "term", "7", "value", "ahead", "owner", "x:y")
+	if l := nextLeader(t, obs, 10*time.Second); l.Value != "ahead" || l.Term != 7 {
+		t.Fatalf("observed %+v, want the leader recorded by hand", l)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	term := campaignAfterRestart(t, c, name, relock.WithOwner(ctx, "after"), "after")
+	if l := nextLeader(t, obs, 10*time.Second); l.Value != "after" || l.Term != term || !l.Restarted {
+		t.Fatalf("observed %+v, want the leader after the restart, with Restarted", l)
+	}
+}
+
+// After a failover to a replica that lagged, Redis has the first leaders of the stream (the same entries,
+// ids and all) and a fencing counter as far as they went, not the last leaders. An observer that saw them
+// all delivers the next leader (its term not above the last it delivered: Restarted), and none of the
+// leaders it delivered before. The failover is played by a restart under a partition: the server comes
+// back with what a replica that had the first 3 of 5 leaders would have, before the Client reaches it.
+func TestElectionObserveAfterFailoverToLaggingReplica(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	c := clientAt(t, proxy.Addr, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 60*time.Second)
+	const name, stream, counter = "observe-lagging", "relock_election:{observe-lagging}", "redisson_lock_token:{observe-lagging}"
+	e := c.Election(name)
+	obs, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		who := fmt.Sprint("before-", i)
+		owner := relock.WithOwner(ctx, who)
+		if _, err := e.Campaign(owner, who); err != nil {
+			t.Fatal(err)
+		}
+		if l := nextLeader(t, obs, 10*time.Second); l.Value != who {
+			t.Fatalf("observed %+v, want %s", l, who)
+		}
+		if err := e.Resign(owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := do(t, rdb, "XRANGE", stream, "-", "+").AsXRange()
+	if err != nil || len(entries) != 5 {
+		t.Fatalf("XRANGE = %v, %v", entries, err)
+	}
+	proxy.Partition(true)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range entries[:3] {
+		do(t, rdb, "XADD", stream, x.ID, "term", x.FieldValues["term"], "value", x.FieldValues["value"], "owner", x.FieldValues["owner"])
+	}
+	do(t, rdb, "SET", counter, "3")
+	proxy.Partition(false)
+	term := campaignAfterRestart(t, c, name, relock.WithOwner(ctx, "after"), "after")
+	if l := nextLeader(t, obs, 10*time.Second); l.Value != "after" || l.Term != term || l.Restarted != (term <= 5) {
+		t.Fatalf("observed %+v after the failover, want after, term %d, Restarted", l, term)
+	}
+}

@@ -49,7 +49,11 @@ func (c *Client) FairLock(name string, opts ...LockOption) *FairLock {
 	alive := companion("relock_lock_alive", name)
 	// Every queue script's keys: the lock, the queue, Redisson's scores, relock's liveness, the channel.
 	keys := []string{name, companion("redisson_lock_queue", name), companion("redisson_lock_timeout", name), alive, channel}
-	s := &fairSpec{channel: channel, acquireKeys: append(slices.Clip(keys), undoneKey(name)),
+	once := "0"
+	if o.once {
+		once = "1"
+	}
+	s := &fairSpec{channel: channel, once: once, acquireKeys: append(slices.Clip(keys), undoneKey(name)),
 		releaseKeys: append(slices.Clip(keys), companion("relock_release", name), undoneKey(name))}
 	if o.fenced {
 		s.acquireKeys = append(s.acquireKeys, companion("redisson_lock_token", name))
@@ -73,6 +77,7 @@ type fairSpec struct {
 	releaseKeys []string // the queue scripts' keys, the release record, the undone attempts' marks
 	aliveTTL    string   // how long a waiter stays alive unrefreshed: the watchdog timeout, ms
 	wait        string   // Redisson's fair lock wait time, ms
+	once        string   // "1" when each owner holds the lock once at most (holdOnce), else "0"
 	q           *waitQueue
 }
 
@@ -87,7 +92,7 @@ func (s *fairSpec) renewal(field string) renewal {
 
 func (s *fairSpec) acquire(a acquireCall) scriptCall {
 	return scriptCall{script: scriptFairAcquire, keys: s.acquireKeys,
-		args: []string{a.ttl, a.field, s.aliveTTL, joinFlag(a.join), s.wait, unlockMessage, a.publish, a.attempt}}
+		args: []string{a.ttl, a.field, s.aliveTTL, joinFlag(a.join), s.wait, unlockMessage, a.publish, a.attempt, s.once}}
 }
 
 func (s *fairSpec) release(r releaseCall) scriptCall {

@@ -70,9 +70,18 @@ type subAttempt struct {
 
 // waiter is one goroutine waiting for a channel. wake holds at most one pending notification, so a
 // release that arrives while the waiter is busy retrying is kept for its next wait.
+//
+// A notification is a promise that something may be free: it is kept until an attempt that Redis answers
+// has looked (acquiring or not), and whatever ends the wait before that (its ctx, its wait, an attempt that
+// failed) hands it on to another waiter (leave). A waiter whose attempt found too little free for it
+// (weight > 1: a semaphore's permits) hands it on to the waiters that want less (answered).
 type waiter struct {
-	e    *entry
-	wake chan struct{}
+	e      *entry
+	weight int // what the waiter wants: a semaphore's permits, 1 for any other kind
+	wake   chan struct{}
+	// taken counts the notifications the waiting goroutine took from wake that no answered attempt has
+	// looked at yet (see attempting, answered). Only the waiting goroutine uses it, leave included.
+	taken int
 }
 
 func newHub(sub subscriber, life context.Context, cluster bool, sharded func(context.Context, string) (bool, error)) *hub {
@@ -104,11 +113,13 @@ func lockWakes(message string) int {
 
 // join registers the calling goroutine as a waiter on channel, whose messages wake waiters as wakes says
 // (nil: lockWakes), and returns once Redis has confirmed the subscription, so a release published after
-// join returns is never missed. The caller must leave.
-func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy) (*waiter, error) {
+// join returns is never missed. weight is what the waiter wants (a semaphore's permits; 0 stands for 1).
+// The caller must leave.
+func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight int) (*waiter, error) {
 	if wakes == nil {
 		wakes = lockWakes
 	}
+	weight = max(weight, 1)
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -123,7 +134,7 @@ func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy) (*wait
 		e = &entry{channel: channel, wakes: wakes}
 		h.entries[channel] = e
 	}
-	w := &waiter{e: e, wake: make(chan struct{}, 1)}
+	w := &waiter{e: e, weight: weight, wake: make(chan struct{}, 1)}
 	e.waiters = append(e.waiters, w)
 	var att *subAttempt
 	if !e.subscribed {
@@ -142,20 +153,23 @@ func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy) (*wait
 		if att.err == nil {
 			return w, nil
 		}
-		h.leave(w, false)
+		h.leave(w)
 		return nil, att.err
 	case <-ctx.Done():
-		h.leave(w, false)
+		h.leave(w)
 		return nil, ctx.Err()
 	case <-h.done:
-		h.leave(w, false)
+		h.leave(w)
 		return nil, ErrClosed
 	}
 }
 
-// leave removes w. A waiter that leaves without the lock hands a notification it did not use to the
-// next waiter, so a release is never lost to a goroutine that gave up.
-func (h *hub) leave(w *waiter, acquired bool) {
+// leave removes w. Every notification w got and did not use (see waiter) goes to another waiter, one
+// each, whether or not w acquired: a notification still pending arrived after w's last attempt began, for
+// a release that attempt may not have seen, and one taken but not looked at by an answered attempt (ctx
+// ended, an attempt failed) was not used at all. Dropping either would leave a waiter asleep while what
+// that release freed stays free. At worst the waiter woken tries once for nothing.
+func (h *hub) leave(w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := w.e
@@ -167,12 +181,41 @@ func (h *hub) leave(w *waiter, acquired bool) {
 			break
 		}
 	}
-	if !acquired && len(w.wake) > 0 {
-		wakeOneLocked(e)
+	if unused := w.taken + len(w.wake); unused > 0 {
+		w.taken = 0
+		wakeLocked(e, unused, 0)
 	}
 	if len(e.waiters) == 0 {
 		h.markDirtyLocked(e)
 	}
+}
+
+// attempting is called by w's goroutine before each attempt: a notification pending now is one the
+// attempt looks at.
+func (w *waiter) attempting() {
+	select {
+	case <-w.wake:
+		w.taken++
+	default:
+	}
+}
+
+// took is called by w's goroutine when it took a notification from w.wake.
+func (w *waiter) took() { w.taken++ }
+
+// answered is called by w's goroutine when Redis answered an attempt: the notifications it looked at are
+// used. An attempt that did not acquire shows only that less is free than w wants: when w wants more than
+// one (permits), waiters that want less may still get in, and up to w.weight-1 of them are woken. Each
+// such hand-on goes to lighter waiters only, so it ends; a waiter that wants one found nothing free.
+func (h *hub) answered(w *waiter, acquired bool) {
+	taken := w.taken
+	w.taken = 0
+	if taken == 0 || acquired || w.weight <= 1 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	wakeLocked(w.e, w.weight-1, w.weight)
 }
 
 func (h *hub) markDirtyLocked(e *entry) {
@@ -183,16 +226,16 @@ func (h *hub) markDirtyLocked(e *entry) {
 	}
 }
 
-// wakeOneLocked wakes the oldest waiter that has no notification pending.
-func wakeOneLocked(e *entry) { wakeLocked(e, 1) }
-
-// wakeLocked wakes the n oldest waiters that have no notification pending, each at most once: a waiter
-// blocked on its channel takes a notification at once, leaving room for another, so waking "one" n times
-// could wake the same waiter n times.
-func wakeLocked(e *entry, n int) {
+// wakeLocked wakes the n oldest waiters that have no notification pending (and, if lighter > 0, want
+// less than lighter), each at most once: a waiter blocked on its channel takes a notification at once,
+// leaving room for another, so waking "one" n times could wake the same waiter n times.
+func wakeLocked(e *entry, n, lighter int) {
 	for _, w := range e.waiters {
 		if n <= 0 {
 			return
+		}
+		if lighter > 0 && w.weight >= lighter {
+			continue
 		}
 		select {
 		case w.wake <- struct{}{}:
@@ -219,7 +262,7 @@ func (h *hub) onMessage(channel, message string) {
 		if n := e.wakes(message); n < 0 {
 			wakeAllLocked(e)
 		} else {
-			wakeLocked(e, n)
+			wakeLocked(e, n, 0)
 		}
 	}
 }

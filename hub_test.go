@@ -44,13 +44,13 @@ func TestHubSubscribesOncePerChannel(t *testing.T) {
 		}
 
 		for _, w := range as[1:] {
-			h.leave(w, false)
+			h.leave(w)
 		}
 		synctest.Wait()
 		if n := r.count("unsubscribe", "a"); n != 0 {
 			t.Fatalf("UNSUBSCRIBE a sent while a waiter is left: %q", r.commands())
 		}
-		h.leave(as[0], true)
+		h.leave(as[0])
 		synctest.Wait()
 		if r.count("unsubscribe", "a") != 1 || r.subscribed("a") != 0 || r.subscribed("b") != 1 {
 			t.Fatalf("after a's last waiter left: %q, a subscribed %d times, b %d, want one UNSUBSCRIBE a",
@@ -60,7 +60,7 @@ func TestHubSubscribesOncePerChannel(t *testing.T) {
 			t.Fatalf("hub entries %q, want [b]", got)
 		}
 		for _, w := range bs {
-			h.leave(w, false)
+			h.leave(w)
 		}
 		synctest.Wait()
 		if r.count("unsubscribe", "b") != 1 || r.subscribed("b") != 0 || len(h.channels()) != 0 {
@@ -76,7 +76,7 @@ func TestHubJoinAfterUnsubscribeWaitsForFreshSubscribe(t *testing.T) {
 		h, r, _ := testHub(t, false, false)
 		w := mustJoin(t, h, "a")
 		r.hold()
-		h.leave(w, false)
+		h.leave(w)
 		synctest.Wait() // UNSUBSCRIBE a sent, not yet answered
 
 		res := joinAsync(context.Background(), h, "a")
@@ -105,7 +105,7 @@ func TestHubJoinAfterUnsubscribeWaitsForFreshSubscribe(t *testing.T) {
 		if r.publish("a", unlockMessage) != 1 || !woken(j.w) {
 			t.Fatal("a release after the join did not reach the new waiter")
 		}
-		h.leave(j.w, false)
+		h.leave(j.w)
 	})
 }
 
@@ -138,7 +138,7 @@ func TestHubConnectionLossWakesWaitersAndResubscribes(t *testing.T) {
 		}
 		r.release()
 		for _, w := range []*waiter{a1, a2, b} {
-			h.leave(w, true)
+			h.leave(w)
 		}
 	})
 }
@@ -169,7 +169,7 @@ func TestHubResubscribesWithBackoff(t *testing.T) {
 		if got := r.times("subscribe a"); !slices.Equal(got, want) {
 			t.Fatalf("SUBSCRIBE a sent at %v, want %v: the backoff starts again at 50 ms", got, want)
 		}
-		h.leave(w, true)
+		h.leave(w)
 	})
 }
 
@@ -180,7 +180,7 @@ func TestHubSubscribeTimeoutFailsJoin(t *testing.T) {
 		h, r, _ := testHub(t, false, false)
 		r.hold()
 		start := time.Now()
-		_, err := h.join(context.Background(), "a", nil)
+		_, err := h.join(context.Background(), "a", nil, 1)
 		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != subscribeTimeout {
 			t.Fatalf("join with an unanswered SUBSCRIBE: %v after %v, want a deadline error after %v", err, time.Since(start), subscribeTimeout)
 		}
@@ -192,7 +192,7 @@ func TestHubSubscribeTimeoutFailsJoin(t *testing.T) {
 		if n := len(r.times("dial")); n != 2 || r.subscribed("a") != 1 {
 			t.Fatalf("%d connections dialled, a subscribed %d times; want 2, 1", n, r.subscribed("a"))
 		}
-		h.leave(w, false)
+		h.leave(w)
 	})
 }
 
@@ -243,32 +243,93 @@ func TestHubWakesOneOrAll(t *testing.T) {
 			t.Fatalf("after a read-unlock message: pending %v, want every waiter of a", got)
 		}
 		for _, w := range append(ws, other) {
-			h.leave(w, true)
+			h.leave(w)
 		}
 	})
 }
 
-// A waiter that leaves without the lock hands the notification it did not use to the next waiter; one
-// that got the lock, or had none, hands nothing on.
-func TestHubLeaveWithoutLockHandsWakeOn(t *testing.T) {
+// A waiter that leaves hands every notification it did not use to the next waiter, whether or not it
+// got the lock: one still pending (a release after its last attempt began), and one it took that no
+// answered attempt looked at (its ctx ended, its attempt failed). A notification an answered attempt
+// looked at is used, and one that had none hands nothing on.
+func TestHubLeaveHandsUnusedWakeOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, r, _ := testHub(t, false, false)
-		w1, w2, w3 := mustJoin(t, h, "a"), mustJoin(t, h, "a"), mustJoin(t, h, "a")
+		w1, w2, w3, w4 := mustJoin(t, h, "a"), mustJoin(t, h, "a"), mustJoin(t, h, "a"), mustJoin(t, h, "a")
 		r.publish("a", unlockMessage)
-		h.leave(w1, false)
+		h.leave(w1) // gave up with its notification pending
 		if !pending(w2) || pending(w3) {
 			t.Fatalf("after the woken waiter gave up: pending %v %v, want the next waiter woken", pending(w2), pending(w3))
 		}
-		h.leave(w2, true)
+		w2.attempting()
+		h.answered(w2, true)
 		if pending(w3) {
-			t.Fatal("a waiter that got the lock handed its notification on")
+			t.Fatal("a notification an answered attempt looked at was handed on")
 		}
-		w4 := mustJoin(t, h, "a")
-		h.leave(w3, false)
-		if pending(w4) {
-			t.Fatal("a waiter without a notification handed one on")
+		r.publish("a", unlockMessage) // a second release, before the winner has left
+		if !pending(w2) || pending(w3) {
+			t.Fatalf("the second release: pending %v %v, want the winner woken (the oldest)", pending(w2), pending(w3))
 		}
-		h.leave(w4, false)
+		h.leave(w2)
+		if !pending(w3) {
+			t.Fatal("a waiter that got the lock dropped a notification that came after its attempt")
+		}
+		<-w3.wake // taken; its attempt then fails without an answer (its ctx ended)
+		w3.took()
+		h.leave(w3)
+		if !pending(w4) {
+			t.Fatal("a notification taken but never looked at by an answered attempt was dropped")
+		}
+		w4.attempting()
+		h.answered(w4, false)
+		w5 := mustJoin(t, h, "a")
+		h.leave(w4)
+		if pending(w5) {
+			t.Fatal("a waiter without an unused notification handed one on")
+		}
+		h.leave(w5)
+	})
+}
+
+// An attempt that a notification woke, and that found too few permits free for its waiter, wakes waiters
+// that want fewer (up to its weight - 1 of them): the release may have freed what they want. Handing on
+// goes only to lighter waiters, so it ends.
+func TestHubFailedHeavyAttemptWakesLighterWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, _ := testHub(t, false, false)
+		join := func(weight int) *waiter {
+			w, err := h.join(context.Background(), "s", semaphoreWakes, weight)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}
+		heavy, middle, light1, light2 := join(3), join(2), join(1), join(1)
+		state := func() []bool { return []bool{pending(heavy), pending(middle), pending(light1), pending(light2)} }
+		r.publish("s", "1") // one permit free: wakes the oldest waiter
+		if got := state(); !slices.Equal(got, []bool{true, false, false, false}) {
+			t.Fatalf("after a release leaving 1 permit: pending %v, want the oldest waiter", got)
+		}
+		heavy.attempting()
+		h.answered(heavy, false) // it wants 3
+		if got := state(); !slices.Equal(got, []bool{false, true, true, false}) {
+			t.Fatalf("after the heavy waiter's attempt failed: pending %v, want the 2 oldest lighter waiters", got)
+		}
+		middle.attempting()
+		h.answered(middle, false) // it wants 2: light1 has a notification already
+		if got := state(); !slices.Equal(got, []bool{false, false, true, true}) {
+			t.Fatalf("after the middle waiter's attempt failed: pending %v, want the other light waiter too", got)
+		}
+		light1.attempting()
+		h.answered(light1, false)
+		light2.attempting()
+		h.answered(light2, false)
+		if got := state(); !slices.Equal(got, []bool{false, false, false, false}) {
+			t.Fatalf("after the light waiters' attempts failed: pending %v, want none", got)
+		}
+		for _, w := range []*waiter{heavy, middle, light1, light2} {
+			h.leave(w)
+		}
 	})
 }
 
@@ -278,7 +339,7 @@ func TestHubSubscribeErrorFailsJoin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, r, _ := testHub(t, false, false)
 		r.fail(errConnReset)
-		if _, err := h.join(context.Background(), "a", nil); !errors.Is(err, errConnReset) {
+		if _, err := h.join(context.Background(), "a", nil, 1); !errors.Is(err, errConnReset) {
 			t.Fatalf("join with a failing SUBSCRIBE: %v, want %v", err, errConnReset)
 		}
 		start := time.Now()
@@ -286,7 +347,7 @@ func TestHubSubscribeErrorFailsJoin(t *testing.T) {
 		if d := time.Since(start); d != reconnectBackoffMin {
 			t.Fatalf("next join returned after %v, want %v", d, reconnectBackoffMin)
 		}
-		h.leave(w, false)
+		h.leave(w)
 	})
 }
 
@@ -330,13 +391,13 @@ func TestHubClusterOneReceiverPerChannel(t *testing.T) {
 					t.Fatal("a waiter of b was woken by a message on a")
 				}
 				for _, w := range ws[1:] {
-					h.leave(w, false)
+					h.leave(w)
 				}
 				synctest.Wait()
 				if r.count(unsub, "a") != 0 {
 					t.Fatalf("%s a while a waiter is left: %q", unsub, r.commands())
 				}
-				h.leave(ws[0], false)
+				h.leave(ws[0])
 				synctest.Wait()
 				if r.count(unsub, "a") != 1 || r.subscribed("a") != 0 || !slices.Equal(h.channels(), []string{"b"}) {
 					t.Fatalf("after a's last waiter left: %q, a subscribed %d times, entries %q", r.commands(), r.subscribed("a"), h.channels())
@@ -345,8 +406,8 @@ func TestHubClusterOneReceiverPerChannel(t *testing.T) {
 				if r.count(sub, "a") != 2 || r.subscribed("a") != 1 {
 					t.Fatalf("a join after the receiver ended: %q, want a fresh %s a", r.commands(), sub)
 				}
-				h.leave(w, true)
-				h.leave(b, true)
+				h.leave(w)
+				h.leave(b)
 			})
 		})
 	}
@@ -375,7 +436,7 @@ func TestHubClusterResubscribesWithBackoff(t *testing.T) {
 		if !woken(w) || r.subscribed("a") != 1 {
 			t.Fatalf("after the outage: a subscribed %d times; want 1, and the waiter woken", r.subscribed("a"))
 		}
-		h.leave(w, false)
+		h.leave(w)
 	})
 }
 
@@ -391,7 +452,7 @@ func TestHubCloseEndsJoins(t *testing.T) {
 		if j := <-res; !errors.Is(j.err, ErrClosed) && !errors.Is(j.err, context.Canceled) {
 			t.Fatalf("join during Close: %v", j.err)
 		}
-		if _, err := h.join(context.Background(), "a", nil); !errors.Is(err, ErrClosed) {
+		if _, err := h.join(context.Background(), "a", nil, 1); !errors.Is(err, ErrClosed) {
 			t.Fatalf("join after Close: %v, want ErrClosed", err)
 		}
 	})

@@ -274,7 +274,14 @@ type lockOptions struct {
 	fenced         bool
 	writerPriority bool
 	ack            replicaAck
+	once           bool // each owner holds the lock once at most: an Election's (holdOnce)
 }
+
+// holdOnce makes a FairLock that each owner holds once at most: an acquisition by an owner that holds it
+// already gets the hold it has, with no new level, so one release always ends it. It is an Election's: a
+// Campaign by a candidate that leads in Redis (two at once, or one after the Client reported the
+// leadership lost while its renewals still ran) must not leave it leading after one Resign.
+func holdOnce(o *lockOptions) { o.once = true }
 
 // replicaAck is WithReplicaAck's setting: replicas is 0 when it is off.
 type replicaAck struct {

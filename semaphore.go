@@ -23,7 +23,9 @@ import (
 //
 // Waiters are woken by the announcements, never by polling: a release of n permits wakes up to n waiters of
 // each Client (each Redisson JVM wakes as many), which try again; the order in which waiters get permits is
-// not fair. Every operation is one script run.
+// not fair. A wake-up its waiter does not use (its context ended, its attempt failed, or it came after the
+// waiter got its permits) goes to another waiter of the Client, and a waiter that wants more permits than
+// it found free wakes waiters that want fewer. Every operation is one script run.
 //
 // A Semaphore is a cheap value; make one per use or keep it, as you like. Its methods are safe for
 // concurrent use.
@@ -86,7 +88,7 @@ func (s *Semaphore) tryAcquire(ctx context.Context, op string, permits int, wait
 		return false, wrapErrCtx(ctx, op, s.name, ErrInvalidPermits)
 	}
 	call := scriptCall{script: scriptSemaphoreAcquire, keys: s.keys[:1], args: []string{strconv.Itoa(permits)}}
-	ok, err := s.c.acquire(ctx, acquireOp{kind: kindSemaphore, name: s.name, channel: s.channel, wakes: semaphoreWakes, wait: wait},
+	ok, err := s.c.acquire(ctx, acquireOp{kind: kindSemaphore, name: s.name, channel: s.channel, wakes: semaphoreWakes, weight: permits, wait: wait},
 		func(ctx context.Context) (bool, time.Duration, error) {
 			got, err := s.take(ctx, call, int64(permits))
 			return got == 1, -1, err // nothing expires: wait for an announcement

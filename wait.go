@@ -18,6 +18,7 @@ type acquireOp struct {
 	name    string
 	channel string        // where the lock's releases are announced
 	wakes   wakePolicy    // how the channel's messages wake waiters (nil: lockWakes)
+	weight  int           // what the waiter wants, for the hub (see waiter): a semaphore's permits; 0 is 1
 	wait    time.Duration // < 0: as long as ctx allows; 0: one attempt
 }
 
@@ -31,7 +32,7 @@ func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, 
 	start := time.Now()
 	ctx, span := c.tel.startSpan(ctx, "relock.acquire", op.kind, op.name)
 	attempts := 0
-	ok, err := c.acquireWaiting(ctx, op.channel, op.wakes, op.wait, func(ctx context.Context) (bool, time.Duration, error) {
+	ok, err := c.acquireWaiting(ctx, op, func(ctx context.Context) (bool, time.Duration, error) {
 		attempts++
 		return try(ctx)
 	})
@@ -45,25 +46,25 @@ func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, 
 	return ok, err
 }
 
-// acquireWaiting is the wait loop of every lock type: try; if the lock is taken, subscribe to its release
+// acquireWaiting is the wait loop of every lock type: try; if the lock is taken, subscribe to op's release
 // channel, try again (a release between the first try and the subscription would otherwise be missed),
-// then sleep until a release notification, the holder's TTL, the end of wait, or ctx, and try again.
-// wait < 0 waits as long as ctx allows; wait == 0 makes one attempt.
-func (c *Client) acquireWaiting(ctx context.Context, channel string, wakes wakePolicy, wait time.Duration, try attempt) (bool, error) {
+// then sleep until a release notification, the holder's TTL, the end of op's wait, or ctx, and try again.
+// A wait < 0 lasts as long as ctx allows; 0 makes one attempt. The hub is told which notifications an
+// answered attempt looked at: the others go to other waiters when this one leaves.
+func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) (bool, error) {
 	ok, _, err := try(ctx)
-	if ok || err != nil || wait == 0 {
+	if ok || err != nil || op.wait == 0 {
 		return ok, err
 	}
 	var deadline time.Time
-	if wait > 0 {
-		deadline = time.Now().Add(wait)
+	if op.wait > 0 {
+		deadline = time.Now().Add(op.wait)
 	}
-	w, err := c.hub.join(ctx, channel, wakes)
+	w, err := c.hub.join(ctx, op.channel, op.wakes, op.weight)
 	if err != nil {
 		return false, err
 	}
-	acquired := false
-	defer func() { c.hub.leave(w, acquired) }()
+	defer c.hub.leave(w)
 
 	var timer *time.Timer
 	defer func() {
@@ -74,9 +75,12 @@ func (c *Client) acquireWaiting(ctx context.Context, channel string, wakes wakeP
 	var troubleSince time.Time // when attempts began to fail with transient errors
 	backoff := reconnectBackoffMin
 	for {
+		w.attempting()
 		ok, ttl, err := try(ctx)
+		if err == nil {
+			c.hub.answered(w, ok)
+		}
 		if ok {
-			acquired = true
 			return true, nil
 		}
 		if err != nil {
@@ -116,6 +120,7 @@ func (c *Client) acquireWaiting(ctx context.Context, channel string, wakes wakeP
 		}
 		select {
 		case <-w.wake:
+			w.took()
 		case <-timeout:
 		case <-ctx.Done():
 			return false, ctx.Err()

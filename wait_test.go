@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -54,7 +55,7 @@ type waited struct {
 func waitAsync(ctx context.Context, c *Client, wait time.Duration, l *scriptedLock) <-chan waited {
 	res := make(chan waited, 1)
 	go func() {
-		ok, err := c.acquireWaiting(ctx, "a", nil, wait, l.try)
+		ok, err := c.acquireWaiting(ctx, acquireOp{channel: "a", wait: wait}, l.try)
 		res <- waited{ok, err, time.Since(l.start)}
 	}()
 	return res
@@ -255,4 +256,185 @@ func TestWaitFailsAtOnceOnRelocksOwnError(t *testing.T) {
 			t.Fatalf("wait = %v at %v; want ErrUpgrade at 300ms", w.err, w.at)
 		}
 	})
+}
+
+// fakeSync is a lock or synchronizer whose state the test holds: units free to take (a latch's are looked
+// at, never taken), each release announced on the channel "a" with its kind's message.
+type fakeSync struct {
+	r       *fakeRedis
+	message func(free int) string
+	looks   bool // attempts only look (a latch): free > 0 is open
+
+	mu   sync.Mutex
+	free int
+	// onTake, if set, runs once, after the first attempt that takes a unit, before the attempt returns
+	// (as a release that comes after the winner's script ran, before its reply did).
+	onTake func()
+}
+
+func (s *fakeSync) release(n int) {
+	s.mu.Lock()
+	s.free += n
+	free := s.free
+	s.mu.Unlock()
+	s.r.publish("a", s.message(free))
+}
+
+func (s *fakeSync) take(n int) bool {
+	s.mu.Lock()
+	if s.free < n {
+		s.mu.Unlock()
+		return false
+	}
+	if !s.looks {
+		s.free -= n
+	}
+	onTake := s.onTake
+	s.onTake = nil
+	s.mu.Unlock()
+	if onTake != nil {
+		onTake()
+	}
+	return true
+}
+
+// syncKinds are the wake policies of every kind, each with what its release announces.
+var syncKinds = []struct {
+	name    string
+	wakes   wakePolicy
+	message func(free int) string
+	looks   bool
+}{
+	{"lock", nil, func(int) string { return unlockMessage }, false},
+	{"read", nil, func(int) string { return readUnlockMessage }, false},
+	{"semaphore", semaphoreWakes, strconv.Itoa, false},
+	{"latch", latchWakes, func(int) string { return "0" }, true},
+}
+
+// waitOn runs the wait loop for a waiter that wants weight units of s, in a goroutine of its own; each
+// attempt first asks before (when not nil), which may answer instead of s.
+func waitOn(ctx context.Context, c *Client, s *fakeSync, wakes wakePolicy, weight int, wait time.Duration,
+	before func(n int) (bool, error, bool)) <-chan waited {
+	start := time.Now()
+	l := newScriptedLock(func(n int, _ time.Duration) (bool, time.Duration, error) {
+		if before != nil {
+			if ok, err, answered := before(n); answered {
+				return ok, -1, err
+			}
+		}
+		return s.take(weight), -1, nil
+	})
+	res := make(chan waited, 1)
+	go func() {
+		ok, err := c.acquireWaiting(ctx, acquireOp{channel: "a", wakes: wakes, weight: weight, wait: wait}, l.try)
+		res <- waited{ok, err, time.Since(start)}
+	}()
+	return res
+}
+
+// A notification that reached a waiter which did not use it goes on to another waiter, for every kind's
+// wake policy: waiter A (the older) is woken by a release; then, before A leaves, a second release comes
+// (A took the first), or A's ctx ends, or A's attempt fails. B must not sleep while a unit is free: it
+// gets one at once (it waits at most an hour, in the bubble's time).
+func TestWaitHandsOnUnusedWakeUps(t *testing.T) {
+	cases := []struct {
+		name string
+		// second: the first unit taken is followed by a second release, before its taker's reply
+		second bool
+		// a, if set, is A's attempt n once a release woke it (n: 1 before joining, 2 after, 3 once woken)
+		a func(n int, cancel context.CancelFunc, ctx context.Context) (bool, error)
+	}{
+		{"second release before the winner leaves", true, nil},
+		{"ctx ended as it was woken", false, func(n int, cancel context.CancelFunc, ctx context.Context) (bool, error) {
+			cancel() // the attempt ends with its ctx, unanswered
+			return false, ctx.Err()
+		}},
+		{"attempt failed as it was woken", false, func(int, context.CancelFunc, context.Context) (bool, error) {
+			return false, &rueidis.RedisError{} // an error reply: Redis answered nothing about the lock
+		}},
+	}
+	for _, k := range syncKinds {
+		for _, tc := range cases {
+			t.Run(k.name+"/"+tc.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					c, r, _ := testWaitClient(t)
+					s := &fakeSync{r: r, message: k.message, looks: k.looks}
+					if tc.second {
+						s.onTake = func() { s.release(1) }
+					}
+					actx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					a := waitOn(actx, c, s, k.wakes, 1, -1, func(n int) (bool, error, bool) {
+						if n < 3 || tc.a == nil {
+							return false, nil, false
+						}
+						ok, err := tc.a(n, cancel, actx)
+						return ok, err, true
+					})
+					synctest.Wait()
+					b := waitOn(context.Background(), c, s, k.wakes, 1, time.Hour, nil)
+					synctest.Wait()
+					s.release(1)
+					if w := <-a; w.ok != tc.second {
+						t.Fatalf("A = %v, %v; want %v", w.ok, w.err, tc.second)
+					}
+					if w := <-b; !w.ok || w.err != nil || w.at != 0 {
+						t.Fatalf("B = %v, %v at %v; want a unit at once: B slept while one was free", w.ok, w.err, w.at)
+					}
+				})
+			})
+		}
+	}
+}
+
+// A semaphore waiter that wants more permits than a release freed does not keep the others asleep: A
+// (the older) wants 3, B wants 1, one permit is released: B gets it at once, A waits on.
+func TestWaitHeavyWaiterDoesNotHoldUpLighterOnes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, r, _ := testWaitClient(t)
+		s := &fakeSync{r: r, message: strconv.Itoa}
+		actx, cancel := context.WithCancel(context.Background())
+		a := waitOn(actx, c, s, semaphoreWakes, 3, -1, nil)
+		synctest.Wait()
+		b := waitOn(context.Background(), c, s, semaphoreWakes, 1, time.Hour, nil)
+		synctest.Wait()
+		s.release(1)
+		if w := <-b; !w.ok || w.err != nil || w.at != 0 {
+			t.Fatalf("B = %v, %v at %v; want the permit at once", w.ok, w.err, w.at)
+		}
+		s.release(2)
+		synctest.Wait()
+		select {
+		case w := <-a:
+			t.Fatalf("A = %v, %v with 2 permits free; it wants 3", w.ok, w.err)
+		default:
+		}
+		s.release(1)
+		if w := <-a; !w.ok || w.err != nil {
+			t.Fatalf("A = %v, %v once 3 permits were free", w.ok, w.err)
+		}
+		cancel()
+	})
+}
+
+// A waiter whose wait runs out as the release that would let it in arrives either takes the unit or leaves
+// it to the other waiter, never to nobody.
+func TestWaitTimedOutAsWokenLeavesNothingFreeUnseen(t *testing.T) {
+	for _, k := range syncKinds {
+		t.Run(k.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, r, _ := testWaitClient(t)
+				s := &fakeSync{r: r, message: k.message, looks: k.looks}
+				a := waitOn(context.Background(), c, s, k.wakes, 1, time.Second, nil)
+				synctest.Wait()
+				b := waitOn(context.Background(), c, s, k.wakes, 1, time.Hour, nil)
+				synctest.Wait()
+				time.AfterFunc(time.Second, func() { s.release(1) }) // as A's wait runs out
+				wa, wb := <-a, <-b
+				if wa.err != nil || wb.err != nil || !wa.ok && (!wb.ok || wb.at != time.Second) || k.looks && !wb.ok {
+					t.Fatalf("A = %v, %v at %v, B = %v, %v at %v: a unit stayed free while B slept", wa.ok, wa.err, wa.at, wb.ok, wb.err, wb.at)
+				}
+			})
+		})
+	}
 }

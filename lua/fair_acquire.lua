@@ -17,13 +17,15 @@
 -- ARGV[6]  the message that wakes a waiter ("0")
 -- ARGV[7]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 -- ARGV[8]  the attempt's id
+-- ARGV[9]  '1' for a lock each owner holds once at most (an Election's): an owner that holds it already
+--          gets its hold back, with no new level; anything else re-enters, adding one
 --
 -- Dead waiters are dropped from the head of the queue first. An owner that has an alive entry but is
 -- missing from the queue (a Redisson client dropped it, or it was removed by hand) goes back to the head,
 -- where it was. When the lock is free but the head is another waiter, that one is woken.
 --
 -- Returns {1, holdCount, token}  when the owner now holds the lock (see rlock_acquire.lua; token is 0 when
---                                the lock is not fenced). The owner's queue entries are gone, and wait is
+--                                the lock is not fenced; with ARGV[9] '1', the count it had, if it held). The owner's queue entries are gone, and wait is
 --                                subtracted from every remaining score.
 --         {0, wait, 0}           when it does not. wait is how long (ms) the caller may sleep before trying
 --                                again unless notified on its channel: for the head of the queue, the
@@ -68,6 +70,9 @@ if free then
   -- Redisson waiter ahead of it gave up, which wakes nobody).
   redis.call(ARGV[7], KEYS[5] .. ':' .. head, ARGV[6])
 elseif redis.call('hexists', KEYS[1], owner) == 1 then
+  if ARGV[9] == '1' then
+    return hold_again(KEYS[1], owner, ttl, KEYS[7])
+  end
   return reenter(KEYS[1], owner, ttl, KEYS[7])
 end
 

@@ -38,3 +38,11 @@ local function reenter(lock, field, ttl, counter)
   extend(lock, ttl)
   return {1, count, fencing_token(counter, false)}
 end
+
+-- hold_again gives an owner field that holds the lock already its hold back, with no new level (a lock its
+-- owners hold once at most: an Election's, where a second Campaign must not need a second Resign), at
+-- least ttl ms from now, and returns the acquisition's reply {1, count, token}.
+local function hold_again(lock, field, ttl, counter)
+  extend(lock, ttl)
+  return {1, tonumber(redis.call('hget', lock, field)), fencing_token(counter, false)}
+end
