@@ -19,6 +19,13 @@
 // Who owns a hold is decided by one rule for every lock type: the owner token carried by the context
 // (WithOwner), or else the calling goroutine. See WithOwner.
 //
+// # One name, one kind
+//
+// A name is one object's: a lock, a read-write lock, a semaphore, a latch or an election. Every call
+// that finds its name in use by another kind fails with a *KindError (ErrWrongKind; ErrNotALock when a
+// lock's call finds no lock, ErrNotASemaphore when a counter's call finds no counter) and changes nothing.
+// Redis tells some kinds apart only by their companion keys, and some not at all (see ErrWrongKind).
+//
 // # Which lock do I need?
 //
 //   - One owner at a time, reentrant, Redisson's RLock: [Client.Lock] (examples: the package's,

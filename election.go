@@ -49,7 +49,7 @@ type Leader struct {
 // Election returns the election called name. The name is its lock's Redis key; a name that
 // ErrInvalidName describes makes every method return it.
 func (c *Client) Election(name string) *Election {
-	return &Election{c: c, name: name, lock: c.FairLock(name, WithFencing()), keys: []string{name, companion("relock_election", name)}}
+	return &Election{c: c, name: name, lock: c.fairLock(name, lockOptions{fenced: true}, true), keys: []string{name, companion("relock_election", name)}}
 }
 
 func (e *Election) check(ctx context.Context) error {

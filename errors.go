@@ -177,7 +177,7 @@ func unsent(err error) bool {
 
 // permanent reports whether err is one that trying again cannot mend.
 func permanent(err error) bool {
-	for _, e := range []error{ErrUpgrade, ErrInvalidOwner, ErrInvalidName, ErrInvalidDuration, ErrClosed, ErrNilClient} {
+	for _, e := range []error{ErrUpgrade, ErrInvalidOwner, ErrInvalidName, ErrInvalidDuration, ErrClosed, ErrNilClient, ErrWrongKind} {
 		if errors.Is(err, e) {
 			return true
 		}

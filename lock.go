@@ -3,8 +3,6 @@ package relock
 import (
 	"context"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // RLock is a lock of any of relock's kinds, as in Redisson, where every lock is an RLock: the reentrant
@@ -192,21 +190,18 @@ func (l *RLock) IsLocked(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, l.fail(ctx, "islocked", err)
 	}
-	if m := l.spec.mode(); m != "" {
-		mode, err := l.c.do(ctx, l.c.rdb.B().Hget().Key(l.name).Field("mode").Build()).ToString()
-		if rueidis.IsRedisNil(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, l.fail(ctx, "islocked", err)
-		}
-		return mode == m, nil
-	}
-	n, err := l.c.do(ctx, l.c.rdb.B().Exists().Key(l.name).Build()).AsInt64()
+	r, err := l.read(ctx, "")
 	if err != nil {
 		return false, l.fail(ctx, "islocked", err)
 	}
-	return n == 1, nil
+	return r[0] == 1, nil
+}
+
+// read runs the lock's read (lua/lock_read.lua) for the owner field ("": none), and returns its reply:
+// {locked, count, pttl}.
+func (l *RLock) read(ctx context.Context, field string) ([3]int64, error) {
+	sc := l.spec.read(field)
+	return acquireReply(l.c.run(ctx, sc.script, sc.keys, sc.args))
 }
 
 // IsHeld reports whether the owner of ctx holds the lock, asking Redis.
@@ -226,11 +221,11 @@ func (l *RLock) RemainingTTL(ctx context.Context) (time.Duration, error) {
 	if err := l.check(ctx); err != nil {
 		return 0, l.fail(ctx, "remainingttl", err)
 	}
-	ms, err := l.c.do(ctx, l.c.rdb.B().Pttl().Key(l.name).Build()).AsInt64()
+	r, err := l.read(ctx, "")
 	if err != nil {
 		return 0, l.fail(ctx, "remainingttl", err)
 	}
-	return pttlToDuration(ms), nil
+	return pttlToDuration(r[2]), nil
 }
 
 func pttlToDuration(ms int64) time.Duration {
@@ -248,19 +243,11 @@ func (l *RLock) holdCount(ctx context.Context, op string) (int, error) {
 	if err != nil {
 		return 0, l.fail(ctx, op, err)
 	}
-	var n int64
-	if sc := l.spec.countCall(field); sc != nil {
-		n, err = l.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
-	} else {
-		n, err = l.c.do(ctx, l.c.rdb.B().Hget().Key(l.name).Field(field).Build()).AsInt64()
-	}
-	if rueidis.IsRedisNil(err) {
-		return 0, nil
-	}
+	r, err := l.read(ctx, field)
 	if err != nil {
 		return 0, l.fail(ctx, op, err)
 	}
-	return int(n), nil
+	return int(r[1]), nil
 }
 
 // NoExpiry is what RemainingTTL returns for a lock key that exists but has no time to live.

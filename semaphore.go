@@ -84,7 +84,7 @@ func (s *Semaphore) tryAcquire(ctx context.Context, op string, permits int, wait
 	if permits < 1 {
 		return false, wrapErrCtx(ctx, op, s.name, ErrInvalidPermits)
 	}
-	call := scriptCall{script: scriptSemaphoreAcquire, keys: s.keys[:1], args: []string{strconv.Itoa(permits)}}
+	call := scriptCall{script: scriptSemaphoreAcquire, keys: s.counterKeys, args: []string{strconv.Itoa(permits)}}
 	ok, err := s.c.acquire(ctx, acquireOp{kind: kindSemaphore, name: s.name, channel: s.channel, wakes: semaphoreWakes, wait: wait},
 		func(ctx context.Context) (bool, time.Duration, error) {
 			got, err := s.take(ctx, call, int64(permits))
@@ -222,6 +222,6 @@ func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, wrapErrCtx(ctx, "drainpermits", s.name, err)
 	}
-	n, err := s.take(ctx, scriptCall{script: scriptSemaphoreDrain, keys: s.keys[:1]}, 1)
+	n, err := s.take(ctx, scriptCall{script: scriptSemaphoreDrain, keys: s.counterKeys}, 1)
 	return int(n), wrapErrCtx(ctx, "drainpermits", s.name, err)
 }
