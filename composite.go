@@ -93,6 +93,17 @@ func (m *composite) owner(ctx context.Context) (context.Context, error) {
 	return withResolvedOwner(ctx)
 }
 
+// notHeld is ErrNotHeld for the owner of ctx (as owner resolved it), which holds too few of the parts:
+// with the first part's account of who the owner is and who holds that part instead (RLock.notHeld).
+func (m *composite) notHeld(ctx context.Context) error {
+	p := m.parts[0]
+	field, err := p.ownerOf(ctx)
+	if err != nil {
+		return ErrNotHeld
+	}
+	return p.notHeld(field)
+}
+
 // acquire is a composite's acquisition: rounds (see rounds) in a "relock.acquire" span, with its outcome
 // recorded. finish, if not nil, may turn the outcome of the rounds into an error.
 func (m *composite) acquire(ctx context.Context, op string, kind lockKind, wait time.Duration, delay func(n int) time.Duration,

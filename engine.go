@@ -284,7 +284,7 @@ func (l *RLock) unlock(ctx context.Context) error {
 	if left < 0 {
 		l.c.holds.notHeld(k)
 		endSpan(span, outcomeNotHeld, nil)
-		return l.fail(ctx, "unlock", ErrNotHeld)
+		return l.fail(ctx, "unlock", l.notHeld(field))
 	}
 	l.c.holds.released(k, left)
 	if left == 0 {
@@ -368,7 +368,17 @@ func (l *RLock) holdDone(ctx context.Context) (context.Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	return l.c.holds.holdDone(holdKey{key: l.name, field: field})
+	done, err := l.c.holds.holdDone(holdKey{key: l.name, field: field})
+	if err != nil {
+		return nil, l.notHeld(field)
+	}
+	return done, nil
+}
+
+// notHeld is ErrNotHeld for the owner field, which holds nothing of the lock, saying who it is and which
+// owners of this Client hold the lock instead (see Client.notHeldError).
+func (l *RLock) notHeld(field string) error {
+	return l.c.notHeldError(l.kind, l.name, field)
 }
 
 // expiry returns when the owner's hold expires unless renewed, and the hold's TTL, if it is held.

@@ -18,3 +18,10 @@ func PubSubKnown(c *Client) string {
 func ShardedPubSubFor(ctx context.Context, c *Client, channel string) (bool, error) {
 	return c.shardedPubSub(ctx, channel)
 }
+
+// CallerToken returns the owner token of a call made with ctx on the calling goroutine: the WithOwner
+// token, else the goroutine's ID.
+func CallerToken(ctx context.Context) string {
+	token, _ := ownerToken(ctx)
+	return token
+}

@@ -161,7 +161,7 @@ func (l *RLock) HoldContext(ctx context.Context) (context.Context, error) {
 	}
 	hctx, err := l.c.holds.holdContext(ctx, holdKey{key: l.name, field: field})
 	if err != nil {
-		return nil, l.fail(ctx, "holdcontext", err)
+		return nil, l.fail(ctx, "holdcontext", l.notHeld(field))
 	}
 	return hctx, nil
 }
@@ -180,7 +180,7 @@ func (l *RLock) FencingToken(ctx context.Context) (uint64, error) {
 	}
 	token, ok := l.c.holds.token(holdKey{key: l.name, field: field})
 	if !ok {
-		return 0, l.fail(ctx, "fencingtoken", ErrNotHeld)
+		return 0, l.fail(ctx, "fencingtoken", l.notHeld(field))
 	}
 	return token, nil
 }
@@ -204,7 +204,10 @@ func (l *RLock) read(ctx context.Context, field string) ([3]int64, error) {
 	return acquireReply(l.c.run(ctx, sc.script, sc.keys, sc.args))
 }
 
-// IsHeld reports whether the owner of ctx holds the lock, asking Redis.
+// IsHeld reports whether the owner of ctx holds the lock, asking Redis. The owner is decided by the one
+// rule of WithOwner: the token ctx carries, else the calling goroutine. So IsHeld reports false for a lock
+// that another goroutine of this Client holds (unless both use the same WithOwner token), as Unlock would
+// refuse to release it.
 func (l *RLock) IsHeld(ctx context.Context) (bool, error) {
 	n, err := l.holdCount(ctx, "isheld")
 	return n > 0, err

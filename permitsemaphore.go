@@ -250,7 +250,9 @@ func (s *PermitSemaphore) Release(ctx context.Context, n int) error {
 	}
 	ks, held := s.c.holds.takeFromGroup(holdKey{key: s.timeouts, field: owner}, n)
 	if ks == nil {
-		return wrapErrCtx(ctx, "release", s.name, fmt.Errorf("%w: releasing %d permits, the owner holds %d", ErrNotHeld, n, held))
+		err := s.c.ownerError(ErrNotHeld, fmt.Sprintf(": releasing %d permits, the owner holds %d", n, held), owner,
+			s.c.holds.otherGroupOwners(s.timeouts, owner))
+		return wrapErrCtx(ctx, "release", s.name, err)
 	}
 	lost, err := s.releaseHolds(ctx, "release", ks)
 	switch {
