@@ -99,8 +99,8 @@ func heldKinds() []heldKind {
 			_, err := s.TrySetPermits(ctx, 2)
 			must(t, err)
 			// A leased permit: its expiry stays where it is (the watchdog only checks it).
-			if p, err := s.TryAcquire(ctx, 0, time.Hour); p == nil || err != nil {
-				t.Fatalf("TryAcquire: %v, %v", p, err)
+			if _, ok, err := s.TryAcquire(ctx, 0, time.Hour); !ok || err != nil {
+				t.Fatalf("TryAcquire: %v, %v", ok, err)
 			}
 		}},
 		{"CountDownLatch", "counter", relock.KindSemaphore, func(t *testing.T, ctx context.Context, c *relock.Client, _ rueidis.Client, name string) {
@@ -292,7 +292,7 @@ func kindOps() []kindOp {
 			return intErr(c.Semaphore(name).AvailablePermits(ctx))
 		}, counterOp(false)},
 		kindOp{"PermitSemaphore", "TryAcquire", func(ctx context.Context, c *relock.Client, name string) error {
-			_, err := c.PermitSemaphore(name).TryAcquire(ctx, 0, 0)
+			_, _, err := c.PermitSemaphore(name).TryAcquire(ctx, 0, 0)
 			return err
 		}, counterOp(false)},
 		kindOp{"PermitSemaphore", "AddPermits", func(ctx context.Context, c *relock.Client, name string) error {
