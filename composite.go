@@ -61,7 +61,8 @@ func (m *composite) LockWithLease(ctx context.Context, lease time.Duration) erro
 	return err
 }
 
-// TryLock tries to acquire the lock, in rounds, for up to wait (0: one round); lease as for RLock.TryLock.
+// TryLock tries to acquire the lock, in rounds, for up to wait (0: one round); lease as for RLock.TryLock
+// (the package's order: wait, then lease).
 // It reports false, with a nil error, when wait ran out; the owner then holds none of the parts it did
 // not hold before.
 func (m *composite) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {

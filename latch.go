@@ -92,8 +92,9 @@ func (l *CountDownLatch) Await(ctx context.Context) error {
 	return err
 }
 
-// TryAwait waits at most wait for the latch to open, and reports whether it did. A negative wait is
-// ErrInvalidDuration.
+// TryAwait waits at most wait for the latch to open (0: only checks), and reports whether it did: false,
+// with a nil error, when wait ran out. A negative wait is ErrInvalidDuration. Its arguments follow the
+// package's order (see Arguments in the package doc): the context, then the wait.
 func (l *CountDownLatch) TryAwait(ctx context.Context, wait time.Duration) (bool, error) {
 	if wait < 0 {
 		return false, wrapErrCtx(ctx, "tryawait", l.Name(), ErrInvalidDuration)

@@ -82,7 +82,7 @@ func (l *RLock) LockWithLease(ctx context.Context, lease time.Duration) error {
 // TryLock tries to acquire the lock for the owner of ctx, waiting up to wait for it. wait == 0 makes a
 // single attempt (which never joins a fair lock's queue). lease > 0 makes the hold expire lease after it
 // is acquired; lease == 0 gives a hold the watchdog keeps alive until the final Unlock. Negative durations
-// return ErrInvalidDuration.
+// return ErrInvalidDuration. The durations come in the package's order: wait, then lease.
 //
 // TryLock reports true when the owner holds the lock (or held it already: the hold count went up), and
 // false, with a nil error, when wait ran out. When ctx ends first, it returns false and an error wrapping

@@ -131,7 +131,8 @@ func (s *PermitSemaphore) Acquire(ctx context.Context) (*Permit, error) {
 // method, it reports whether it did: ok is true with the permit, false with a nil error (and a nil
 // *Permit) when wait ran out; when ctx ends first, it returns an error wrapping ctx.Err(). With a lease > 0
 // the permit expires after lease (and is watched, not renewed); with 0 the watchdog keeps it alive. A
-// negative wait or lease is ErrInvalidDuration.
+// negative wait or lease is ErrInvalidDuration. The durations come in the package's order: wait, then
+// lease.
 //
 //	p, ok, err := s.TryAcquire(ctx, time.Second, 0)
 //	if err != nil || !ok {

@@ -73,8 +73,9 @@ func (s *Semaphore) Acquire(ctx context.Context, permits int) error {
 }
 
 // TryAcquire takes permits if enough become available within wait (0: only if they are now), and
-// reports whether it took them. permits must be at least 1 (ErrInvalidPermits); a negative wait is
-// ErrInvalidDuration.
+// reports whether it took them: false, with a nil error, when wait ran out. permits must be at least 1
+// (ErrInvalidPermits); a negative wait is ErrInvalidDuration. The arguments come in the package's order:
+// what is taken (permits), then the wait.
 func (s *Semaphore) TryAcquire(ctx context.Context, permits int, wait time.Duration) (bool, error) {
 	if wait < 0 {
 		return false, wrapErrCtx(ctx, "tryacquire", s.Name(), ErrInvalidDuration)
