@@ -31,10 +31,11 @@
 //
 // # One name, one kind
 //
-// A name is one object's: a lock, a read-write lock, a semaphore, a latch or an election. Every call
-// that finds its name in use by another kind fails with a *KindError (ErrWrongKind; ErrNotALock when a
-// lock's call finds no lock, ErrNotASemaphore when a counter's call finds no counter) and changes nothing.
-// Redis tells some kinds apart only by their companion keys, and some not at all (see ErrWrongKind).
+// A name is one object's: a lock, a read-write lock, a semaphore, a latch or an election. Every method
+// of these objects that finds its name in use by another kind fails with a *KindError (ErrWrongKind;
+// ErrNotALock when a lock's method finds no lock, ErrNotASemaphore when a counter's finds no counter) and
+// changes nothing. Redis tells some kinds apart only by their companion keys, and some not at all (see
+// ErrWrongKind).
 //
 // # Which lock do I need?
 //
