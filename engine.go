@@ -272,7 +272,7 @@ func (l *RLock) unlock(ctx context.Context) error {
 	if errors.As(err, &kind) { // the name is another kind's: nothing of the owner's is there
 		l.c.holds.notHeld(k)
 		endSpan(span, outcomeNotHeld, nil)
-		return l.fail(ctx, "unlock", fmt.Errorf("%w: %w", ErrNotHeld, err))
+		return l.fail(ctx, "unlock", kind.asNotHeld())
 	}
 	if err != nil {
 		if outcomeUnknown(err) {

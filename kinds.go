@@ -35,27 +35,46 @@ type KindError struct {
 	// writers, an Election's stream of leaders).
 	Type string
 
-	is error // ErrNotALock, ErrNotASemaphore, or nil
+	is      error // ErrNotALock, ErrNotASemaphore, or nil
+	notHeld bool  // an Unlock's: it matches ErrNotHeld too
 }
 
 func (e *KindError) Error() string {
 	var b strings.Builder
+	b.WriteString("relock: ")
+	if e.notHeld {
+		b.WriteString(strings.TrimPrefix(ErrNotHeld.Error(), "relock: "))
+		b.WriteString(": ")
+	}
 	if e.is != nil {
-		b.WriteString(e.is.Error())
+		b.WriteString(strings.TrimPrefix(e.is.Error(), "relock: "))
 	} else {
-		b.WriteString(ErrWrongKind.Error())
+		b.WriteString(strings.TrimPrefix(ErrWrongKind.Error(), "relock: "))
 	}
 	b.WriteString(": ")
 	b.WriteString(e.Found.describe(e.Type))
 	return b.String()
 }
 
-// Unwrap returns ErrWrongKind, and ErrNotALock or ErrNotASemaphore when they apply.
+// Unwrap returns ErrWrongKind, ErrNotALock or ErrNotASemaphore when they apply, and ErrNotHeld for an
+// Unlock's.
 func (e *KindError) Unwrap() []error {
+	errs := []error{ErrWrongKind}
 	if e.is != nil {
-		return []error{ErrWrongKind, e.is}
+		errs = append(errs, e.is)
 	}
-	return []error{ErrWrongKind}
+	if e.notHeld {
+		errs = append(errs, ErrNotHeld)
+	}
+	return errs
+}
+
+// asNotHeld returns a copy of e that matches ErrNotHeld too: an Unlock's, which found nothing of its
+// owner's at the name.
+func (e *KindError) asNotHeld() *KindError {
+	c := *e
+	c.notHeld = true
+	return &c
 }
 
 // describe says what a key of kind k, of Redis type t, is, for KindError's message.
@@ -78,6 +97,34 @@ func (k LockKind) describe(t string) string {
 		return "it holds a string that is no counter"
 	}
 	return "it holds a Redis " + t
+}
+
+// The causes of the loss of a hold whose key the watchdog found in use by another kind: renewal scripts
+// answer 2 for a lock of another kind, 3 for a key that is no lock (no permits key, for a permit).
+var (
+	errLostToKind        = &lossError{"relock: lock lost: its key is now another kind's lock", []error{ErrLockLost, ErrWrongKind}}
+	errLostNotALock      = &lossError{"relock: lock lost: its key is now no lock", []error{ErrLockLost, ErrWrongKind, ErrNotALock}}
+	errLostNotASemaphore = &lossError{"relock: lock lost: the permits' key is now no sorted set", []error{ErrLockLost, ErrWrongKind, ErrNotASemaphore}}
+)
+
+// lossError is a loss's cause that matches several sentinels, with one message.
+type lossError struct {
+	msg string
+	is  []error
+}
+
+func (e *lossError) Error() string   { return e.msg }
+func (e *lossError) Unwrap() []error { return e.is }
+
+// lostToKind is the cause of the loss of a hold of kind whose renewal answered code (2 or 3).
+func lostToKind(kind lockKind, code int64) error {
+	switch {
+	case code == 2:
+		return errLostToKind
+	case kind == kindSemaphore:
+		return errLostNotASemaphore
+	}
+	return errLostNotALock
 }
 
 // refusalPrefix starts the error replies of scripts that refuse a name in use by another kind

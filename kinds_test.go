@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -348,6 +349,9 @@ func TestEveryKindRefusesTheOthers(t *testing.T) {
 			if !h.foundAs(ke.Found) {
 				t.Errorf("%s.%s on a name held as %s: found %q, want %q (%v)", op.kind, op.name, h.name, ke.Found, h.found, err)
 			}
+			if n := strings.Count(err.Error(), "relock:"); n != 1 {
+				t.Errorf("%s.%s on a name held as %s: %d \"relock:\" in %q", op.kind, op.name, h.name, n, err)
+			}
 			if after := keysState(t, rdb, name); !slices.Equal(before, after) {
 				t.Errorf("%s.%s on a name held as %s changed Redis:\n before %v\n after  %v", op.kind, op.name, h.name, before, after)
 			}
@@ -407,47 +411,63 @@ func TestSameLayoutKindsExcludeEachOther(t *testing.T) {
 }
 
 // A renewal batch goes on for every hold whose key is intact when another hold's key is now another
-// kind's (replaced behind the Client's back): the one hold is lost, the others are renewed. Before, the
-// whole batch failed with WRONGTYPE, and every hold in it was lost.
+// kind's (replaced behind the Client's back): the one hold is lost, with a cause that says so (ErrLockLost
+// and ErrWrongKind; ErrNotALock or ErrNotASemaphore when the key is no lock, or no permits' set), and the
+// others are renewed. Before, a key of another type failed the whole batch with WRONGTYPE, and every hold
+// in it was lost; and a Lock's hold whose key became a ReadWriteLock read by the same owner was renewed on.
 func TestRenewalSurvivesAnotherHoldsKeyOfAnotherKind(t *testing.T) {
 	t.Parallel()
+	held := func(l *relock.RLock) func(ctx context.Context, c *relock.Client) (context.Context, error) {
+		return func(ctx context.Context, c *relock.Client) (context.Context, error) {
+			if err := l.Lock(ctx); err != nil {
+				return nil, err
+			}
+			return l.HoldContext(ctx)
+		}
+	}
+	toString := func(key string) func(t *testing.T, rdb rueidis.Client, c *relock.Client) {
+		return func(t *testing.T, rdb rueidis.Client, _ *relock.Client) {
+			do(t, rdb, "DEL", key)
+			do(t, rdb, "SET", key, "7")
+		}
+	}
 	for _, tc := range []struct {
 		kind    string
-		acquire func(ctx context.Context, c *relock.Client, name string) (context.Context, error)
-		key     func(name string) string // the key to replace
+		acquire func(c *relock.Client, name string) func(ctx context.Context, c *relock.Client) (context.Context, error)
+		replace func(name string) func(t *testing.T, rdb rueidis.Client, c *relock.Client)
+		want    error
 	}{
-		{"Lock", func(ctx context.Context, c *relock.Client, name string) (context.Context, error) {
-			l := c.Lock(name)
-			if err := l.Lock(ctx); err != nil {
-				return nil, err
+		{"Lock", func(c *relock.Client, name string) func(context.Context, *relock.Client) (context.Context, error) {
+			return held(c.Lock(name))
+		}, func(name string) func(*testing.T, rueidis.Client, *relock.Client) { return toString(name) }, relock.ErrNotALock},
+		{"Lock whose key became a ReadWriteLock its owner reads", func(c *relock.Client, name string) func(context.Context, *relock.Client) (context.Context, error) {
+			return held(c.Lock(name))
+		}, func(name string) func(*testing.T, rueidis.Client, *relock.Client) {
+			return func(t *testing.T, rdb rueidis.Client, c *relock.Client) {
+				do(t, rdb, "HSET", name, "mode", "read") // the same owner's field stays: a reader's now
 			}
-			return l.HoldContext(ctx)
-		}, func(name string) string { return name }},
-		{"ReadLock", func(ctx context.Context, c *relock.Client, name string) (context.Context, error) {
-			l := c.ReadWriteLock(name).ReadLock()
-			if err := l.Lock(ctx); err != nil {
-				return nil, err
+		}, relock.ErrWrongKind},
+		{"ReadLock", func(c *relock.Client, name string) func(context.Context, *relock.Client) (context.Context, error) {
+			return held(c.ReadWriteLock(name).ReadLock())
+		}, func(name string) func(*testing.T, rueidis.Client, *relock.Client) { return toString(name) }, relock.ErrNotALock},
+		{"WriteLock", func(c *relock.Client, name string) func(context.Context, *relock.Client) (context.Context, error) {
+			return held(c.ReadWriteLock(name).WriteLock())
+		}, func(name string) func(*testing.T, rueidis.Client, *relock.Client) { return toString(name) }, relock.ErrNotALock},
+		{"PermitSemaphore", func(c *relock.Client, name string) func(context.Context, *relock.Client) (context.Context, error) {
+			return func(ctx context.Context, c *relock.Client) (context.Context, error) {
+				s := c.PermitSemaphore(name)
+				if _, err := s.TrySetPermits(ctx, 1); err != nil {
+					return nil, err
+				}
+				p, err := s.Acquire(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return p.Context(ctx)
 			}
-			return l.HoldContext(ctx)
-		}, func(name string) string { return name }},
-		{"WriteLock", func(ctx context.Context, c *relock.Client, name string) (context.Context, error) {
-			l := c.ReadWriteLock(name).WriteLock()
-			if err := l.Lock(ctx); err != nil {
-				return nil, err
-			}
-			return l.HoldContext(ctx)
-		}, func(name string) string { return name }},
-		{"PermitSemaphore", func(ctx context.Context, c *relock.Client, name string) (context.Context, error) {
-			s := c.PermitSemaphore(name)
-			if _, err := s.TrySetPermits(ctx, 1); err != nil {
-				return nil, err
-			}
-			p, err := s.Acquire(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return p.Context(ctx)
-		}, func(name string) string { return "{" + name + "}:timeout" }},
+		}, func(name string) func(*testing.T, rueidis.Client, *relock.Client) {
+			return toString("{" + name + "}:timeout")
+		}, relock.ErrNotASemaphore},
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			t.Parallel()
@@ -455,24 +475,25 @@ func TestRenewalSurvivesAnotherHoldsKeyOfAnotherKind(t *testing.T) {
 			const timeout = 2 * time.Second // renewed every 667 ms: generous on a loaded machine
 			c := d.client(t, &relock.Options{WatchdogTimeout: timeout})
 			rdb := d.raw(t)
-			ctx := ctxTimeout(t, time.Minute)
-			replaced, err := tc.acquire(ctx, c, "replaced")
+			ctx := relock.WithOwner(ctxTimeout(t, time.Minute), "owner")
+			replaced, err := tc.acquire(c, "replaced")(ctx, c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			kept, err := tc.acquire(ctx, c, "kept")
+			kept, err := tc.acquire(c, "kept")(ctx, c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			do(t, rdb, "DEL", tc.key("replaced"))
-			do(t, rdb, "SET", tc.key("replaced"), "7")
+			tc.replace("replaced")(t, rdb, c)
 			select {
 			case <-replaced.Done():
-				if cause := context.Cause(replaced); !errors.Is(cause, relock.ErrLockLost) {
-					t.Fatalf("the replaced hold ended with %v, want ErrLockLost", cause)
+				if cause := context.Cause(replaced); !errors.Is(cause, relock.ErrLockLost) || !errors.Is(cause, tc.want) ||
+					!errors.Is(cause, relock.ErrWrongKind) {
+					t.Fatalf("the replaced hold ended with %v, want ErrLockLost and %v", cause, tc.want)
 				}
+				t.Logf("lost: %v", context.Cause(replaced))
 			case <-time.After(10 * timeout):
-				t.Fatal("the hold whose key is now a string was not found lost")
+				t.Fatal("the hold whose key is now another kind's was not found lost")
 			}
 			// Several renewals later, the other hold is still held.
 			select {
