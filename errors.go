@@ -73,7 +73,8 @@ var ErrNoQuorum = errors.New("relock: no quorum of redlock nodes")
 // ErrLockLost is the cause (context.Cause) of a hold's context when the hold ended without its owner
 // releasing it: Redis no longer had it when the watchdog came to renew it (it expired during a pause,
 // was deleted by ForceUnlock or by hand, or Redis restarted), the watchdog could not renew it before it
-// expired, its lease ran out, or its Client was closed. Causes wrap it with the reason; test with
+// expired, its lease ran out, its key was replaced by another kind's (the cause then matches ErrWrongKind
+// too, see KindError), or its Client was closed. Causes wrap it with the reason; test with
 // errors.Is.
 var ErrLockLost = errors.New("relock: lock lost")
 
