@@ -194,7 +194,7 @@ func testMinimalACL(t *testing.T, rules []string) {
 	if _, err := permits.TrySetPermits(ctx, 1); err != nil {
 		t.Fatalf("PermitSemaphore.TrySetPermits: %v", err)
 	}
-	if p, err := permits.TryAcquire(ctx, 0, time.Minute); err != nil || p == nil {
+	if p, ok, err := permits.TryAcquire(ctx, 0, time.Minute); err != nil || !ok {
 		t.Fatalf("PermitSemaphore.TryAcquire: %v, %v", p, err)
 	}
 	if st, err := a.InspectSemaphore(ctx, "app:acl:permits"); err != nil || !st.Expirable || len(st.Permits) != 1 {

@@ -19,6 +19,24 @@
 // Who owns a hold is decided by one rule for every lock type: the owner token carried by the context
 // (WithOwner), or else the calling goroutine. See WithOwner.
 //
+// # Arguments
+//
+// Every call takes its context first, then what it works with (how many permits, a count, a value), then
+// its durations, in the order they are spent: first the wait (how long to wait for the lock, permits or
+// latch; 0 makes a single attempt), then the lease (how long the hold lives once taken; 0 lets the
+// watchdog keep it alive). So TryLock(ctx, wait, lease), Semaphore.TryAcquire(ctx, permits, wait),
+// PermitSemaphore.TryAcquire(ctx, wait, lease), CountDownLatch.TryAwait(ctx, wait) and
+// LockWithLease(ctx, lease). Every Try method reports whether it got what it tried for as a bool, just
+// before its error: false, with a nil error, when the wait ran out.
+//
+// # One name, one kind
+//
+// A name is one object's: a lock, a read-write lock, a semaphore, a latch or an election. Every method
+// of these objects that finds its name in use by another kind fails with a *KindError (ErrWrongKind;
+// ErrNotALock when a lock's method finds no lock, ErrNotASemaphore when a counter's finds no counter) and
+// changes nothing. Redis tells some kinds apart only by their companion keys, and some not at all (see
+// ErrWrongKind).
+//
 // # Which lock do I need?
 //
 //   - One owner at a time, reentrant, Redisson's RLock: [Client.Lock] (examples: the package's,

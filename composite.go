@@ -61,7 +61,8 @@ func (m *composite) LockWithLease(ctx context.Context, lease time.Duration) erro
 	return err
 }
 
-// TryLock tries to acquire the lock, in rounds, for up to wait (0: one round); lease as for RLock.TryLock.
+// TryLock tries to acquire the lock, in rounds, for up to wait (0: one round); lease as for RLock.TryLock
+// (the package's order: wait, then lease).
 // It reports false, with a nil error, when wait ran out; the owner then holds none of the parts it did
 // not hold before.
 func (m *composite) TryLock(ctx context.Context, wait, lease time.Duration) (bool, error) {
@@ -91,6 +92,17 @@ func (m *composite) owner(ctx context.Context) (context.Context, error) {
 		}
 	}
 	return withResolvedOwner(ctx)
+}
+
+// notHeld is ErrNotHeld for the owner of ctx (as owner resolved it), which holds too few of the parts:
+// with the first part's account of who the owner is and who holds that part instead (RLock.notHeld).
+func (m *composite) notHeld(ctx context.Context) error {
+	p := m.parts[0]
+	field, err := p.ownerOf(ctx)
+	if err != nil {
+		return ErrNotHeld
+	}
+	return p.notHeld(field)
 }
 
 // acquire is a composite's acquisition: rounds (see rounds) in a "relock.acquire" span, with its outcome

@@ -58,7 +58,15 @@ type Leader struct {
 // Election returns the election called name. The name is its lock's Redis key; a name that
 // ErrInvalidName describes makes every method return it.
 func (c *Client) Election(name string) *Election {
-	return &Election{c: c, name: name, lock: c.FairLock(name, WithFencing(), holdOnce), keys: []string{name, companion("relock_election", name)}}
+	return &Election{c: c, name: name, lock: c.fairLock(name, lockOptions{fenced: true}, true), keys: []string{name, companion("relock_election", name)}}
+}
+
+// Name returns the election's name, its lock's key in Redis ("" for a nil *Election).
+func (e *Election) Name() string {
+	if e == nil {
+		return ""
+	}
+	return e.name
 }
 
 func (e *Election) check(ctx context.Context) error {
@@ -89,7 +97,7 @@ func (e *Election) check(ctx context.Context) error {
 // through).
 func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 	if err := e.check(ctx); err != nil {
-		return 0, wrapErrCtx(ctx, "campaign", e.name, err)
+		return 0, wrapErrCtx(ctx, "campaign", e.Name(), err)
 	}
 	ctx, err := withResolvedOwner(ctx)
 	if err != nil {
@@ -165,7 +173,7 @@ func (e *Election) LeadershipContext(ctx context.Context) (context.Context, erro
 // still leads. It returns ErrNoLeader when there is none (see ErrNoLeader).
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.check(ctx); err != nil {
-		return Leader{}, wrapErrCtx(ctx, "leader", e.name, err)
+		return Leader{}, wrapErrCtx(ctx, "leader", e.Name(), err)
 	}
 	reply, err := e.c.run(ctx, scriptElectionLeader, e.keys, nil).AsStrSlice()
 	if err != nil {
@@ -198,7 +206,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // has only its first entries) gives it the leaders recorded since, not again those it delivered.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	if err := e.check(ctx); err != nil {
-		return nil, wrapErrCtx(ctx, "observe", e.name, err)
+		return nil, wrapErrCtx(ctx, "observe", e.Name(), err)
 	}
 	stream := e.keys[1]
 	first, err := e.c.do(ctx, e.c.rdb.B().Xrevrange().Key(stream).End("+").Start("-").Count(1).Build()).AsXRange()

@@ -2,6 +2,7 @@ package relock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -23,16 +24,23 @@ const (
 // field is the owner's (plus a suffix, for a writer) and whose value is the hold count; its scripts give
 // the same replies: an acquisition {1, count, token}, {0, wait ms, 0} or {-1, 0, 0} (an upgrade that would
 // deadlock); a release the owner's remaining count, or -1 when it holds nothing; a forced release 1 or 0.
+// Every script refuses a name in use by another kind (lua/lib/kinds.lua), which the Client reports as a
+// *KindError.
 type spec interface {
 	field(owner string) string        // the owner's field in the lock's hash
 	waitChannel(field string) string  // where a waiter with that field hears of releases
 	acquire(a acquireCall) scriptCall // one acquisition attempt
 	release(r releaseCall) scriptCall // one release request
 	forceRelease(publish string) scriptCall
-	renewal(field string) renewal       // how the watchdog renews, or checks, a hold
-	countCall(field string) *scriptCall // the owner's hold count, or nil: HGET of the field tells it
-	mode() string                       // the hash's mode while the lock is held as this kind, or "" (any)
-	queue() *waitQueue                  // the lock's waiters, when they queue (FairLock, writer priority)
+	renewal(field string) renewal // how the watchdog renews, or checks, a hold
+	read(field string) scriptCall // lua/lock_read.lua for the lock, and the owner field ("": none)
+	queue() *waitQueue            // the lock's waiters, when they queue (FairLock, writer priority)
+}
+
+// lockRead is a run of lua/lock_read.lua on the lock keys[0]: mode is "" for a reentrant lock, "read" or
+// "write" for a read-write lock's halves; base starts a read lock's read-hold keys.
+func lockRead(keys []string, mode, field, base string) scriptCall {
+	return scriptCall{script: scriptLockRead, keys: keys, args: []string{mode, field, base}}
 }
 
 // acquireCall is one acquisition attempt.
@@ -263,6 +271,12 @@ func (l *RLock) unlock(ctx context.Context) error {
 		}
 		left, err = l.release(ctx, call)
 	}
+	var kind *KindError
+	if errors.As(err, &kind) { // the name is another kind's: nothing of the owner's is there
+		l.c.holds.notHeld(k)
+		endSpan(span, outcomeNotHeld, nil)
+		return l.fail(ctx, "unlock", kind.asNotHeld())
+	}
 	if err != nil {
 		if outcomeUnknown(err) {
 			l.releaseInBackground(k, call)
@@ -274,7 +288,7 @@ func (l *RLock) unlock(ctx context.Context) error {
 	if left < 0 {
 		l.c.holds.notHeld(k)
 		endSpan(span, outcomeNotHeld, nil)
-		return l.fail(ctx, "unlock", ErrNotHeld)
+		return l.fail(ctx, "unlock", l.notHeld(field))
 	}
 	l.c.holds.released(k, left)
 	if left == 0 {
@@ -372,7 +386,17 @@ func (l *RLock) holdDone(ctx context.Context) (context.Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	return l.c.holds.holdDone(holdKey{key: l.name, field: field})
+	done, err := l.c.holds.holdDone(holdKey{key: l.name, field: field})
+	if err != nil {
+		return nil, l.notHeld(field)
+	}
+	return done, nil
+}
+
+// notHeld is ErrNotHeld for the owner field, which holds nothing of the lock, saying who it is and which
+// owners of this Client hold the lock instead (see Client.notHeldError).
+func (l *RLock) notHeld(field string) error {
+	return l.c.notHeldError(l.kind, l.name, field)
 }
 
 // expiry returns when the owner's hold expires unless renewed, and the hold's TTL, if it is held.

@@ -73,8 +73,9 @@ var ErrNoQuorum = errors.New("relock: no quorum of redlock nodes")
 // ErrLockLost is the cause (context.Cause) of a hold's context when the hold ended without its owner
 // releasing it: Redis no longer had it when the watchdog came to renew it (it expired during a pause,
 // was deleted by ForceUnlock or by hand, or Redis restarted), the watchdog could not renew it before it
-// expired, or its lease ran out. Causes wrap it with the reason; test with errors.Is. A hold its Client
-// gave up at Close is not lost: its cause matches ErrClosed and context.Canceled (see Client.Close).
+// expired, its lease ran out, or its key was replaced by another kind's (the cause then matches
+// ErrWrongKind too, see KindError). Causes wrap it with the reason; test with errors.Is. A hold its
+// Client gave up at Close is not lost: its cause matches ErrClosed and context.Canceled (see Client.Close).
 var ErrLockLost = errors.New("relock: lock lost")
 
 // The causes of a loss. Each wraps ErrLockLost.
@@ -181,7 +182,7 @@ func unsent(err error) bool {
 
 // permanent reports whether err is one that trying again cannot mend.
 func permanent(err error) bool {
-	for _, e := range []error{ErrUpgrade, ErrInvalidOwner, ErrInvalidName, ErrInvalidDuration, ErrClosed, ErrNilClient} {
+	for _, e := range []error{ErrUpgrade, ErrInvalidOwner, ErrInvalidName, ErrInvalidDuration, ErrClosed, ErrNilClient, ErrWrongKind} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -404,6 +404,30 @@ func ExampleElection() {
 	// observed: 10.0.0.1:8080 then 10.0.0.2:8080 terms increasing: true
 }
 
+// TryAcquire reports whether it got a permit, as every Try method does: false, with a nil error, when
+// the wait ran out. Check ok before using the permit: a nil *Permit's methods are safe (Release returns
+// ErrNotHeld), but it is no permit.
+func ExamplePermitSemaphore_TryAcquire() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	uploads := c.PermitSemaphore("example:uploads")
+	_, _ = uploads.TrySetPermits(ctx, 1)
+
+	permit, ok, err := uploads.TryAcquire(ctx, 0, time.Minute) // wait, then lease
+	if err != nil || !ok {
+		panic(fmt.Sprint("no permit: ", err))
+	}
+	defer permit.Release(context.WithoutCancel(ctx))
+
+	none, ok, err := uploads.TryAcquire(ctx, 50*time.Millisecond, 0)
+	fmt.Println("second permit within 50 ms:", ok, err)
+	fmt.Println("releasing no permit:", errors.Is(none.Release(ctx), relock.ErrNotHeld))
+	// Output:
+	// second permit within 50 ms: false <nil>
+	// releasing no permit: true
+}
+
 // A semaphore whose permits come back when their holder dies: each permit is kept alive by the watchdog
 // and belongs to the owner that took it.
 func ExampleClient_PermitSemaphore() {
@@ -417,7 +441,10 @@ func ExampleClient_PermitSemaphore() {
 	if err != nil {
 		panic(err)
 	}
-	work, _ := permit.Context(ctx) // ends with ErrLockLost if the permit is lost
+	work, err := permit.Context(ctx) // ends with ErrLockLost if the permit is lost
+	if err != nil {
+		panic(err) // lost already
+	}
 	_ = work
 	_, _ = jobs.Acquire(ctx)
 	held, _ := jobs.Held(ctx)

@@ -26,3 +26,10 @@ func ShardedPubSubFor(ctx context.Context, c *Client, channel string) (bool, err
 func Abandon(c *Client) {
 	c.once.Do(func() { _ = c.shutdown(context.Background(), true) })
 }
+
+// CallerToken returns the owner token of a call made with ctx on the calling goroutine: the WithOwner
+// token, else the goroutine's ID.
+func CallerToken(ctx context.Context) string {
+	token, _ := ownerToken(ctx)
+	return token
+}

@@ -30,6 +30,11 @@ import (
 // without an Unlock, the head of the queue takes the lock as soon as the key expires. A Client that is
 // closed removes its waiters' entries (see Client.Close); a dead process's expire as told above.
 //
+// Its lock is a Lock's hash: a FairLock and a Lock on one name exclude each other, and Redis tells them
+// apart only while waiters are queued, when a Lock's acquisition fails with ErrWrongKind (it would take the
+// lock ahead of them, and its release would not wake them). A waiter behind a plain Lock's holder is not
+// woken by its release: it tries again within watchdog timeout/3. Use one kind per name.
+//
 // Everything else (reentrancy, leases, the watchdog, HoldContext, fencing, one script per attempt and per
 // Unlock) is as for every RLock. When no owner holds or waits for the lock, none of its keys is left in Redis
 // (the fencing counter excepted; and the alive set, for a watchdog timeout at most, when a Redisson client
@@ -44,17 +49,23 @@ const defaultFairLockWaitTimeout = 5 * time.Minute
 // that ErrInvalidName describes makes every method return it. A nil Client gives a lock whose methods
 // return ErrNilClient.
 func (c *Client) FairLock(name string, opts ...LockOption) *FairLock {
-	o := buildOptions(opts)
+	return c.fairLock(name, buildOptions(opts), false)
+}
+
+// fairLock returns the fair lock called name; an Election's (election) may take a name whose stream of
+// leaders exists, which a FairLock refuses as an Election's.
+func (c *Client) fairLock(name string, o lockOptions, election bool) *FairLock {
 	channel := companion("redisson_lock__channel", name)
 	alive := companion("relock_lock_alive", name)
 	// Every queue script's keys: the lock, the queue, Redisson's scores, relock's liveness, the channel.
 	keys := []string{name, companion("redisson_lock_queue", name), companion("redisson_lock_timeout", name), alive, channel}
-	once := "0"
-	if o.once {
-		once = "1"
-	}
-	s := &fairSpec{channel: channel, once: once, acquireKeys: append(slices.Clip(keys), undoneKey(name)),
+	// The acquisition reads the companions that tell another kind (lua/lib/kinds.lua).
+	s := &fairSpec{channel: channel,
+		acquireKeys: append(slices.Clip(keys), undoneKey(name), companion("relock_rwlock_writers", name), companion("relock_election", name)),
 		releaseKeys: append(slices.Clip(keys), companion("relock_release", name), undoneKey(name))}
+	if election {
+		s.election = "1"
+	}
 	if o.fenced {
 		s.acquireKeys = append(s.acquireKeys, companion("redisson_lock_token", name))
 	}
@@ -73,26 +84,25 @@ func (c *Client) FairLock(name string, opts ...LockOption) *FairLock {
 // channel; their queue (waitQueue) is kept alive by the watchdog.
 type fairSpec struct {
 	channel     string
-	acquireKeys []string // the queue scripts' keys, the undone attempts' marks, and the fencing counter if fenced
+	acquireKeys []string // the queue scripts' keys, the undone marks, other kinds' companions, the fencing counter if fenced
 	releaseKeys []string // the queue scripts' keys, the release record, the undone attempts' marks
 	aliveTTL    string   // how long a waiter stays alive unrefreshed: the watchdog timeout, ms
 	wait        string   // Redisson's fair lock wait time, ms
-	once        string   // "1" when each owner holds the lock once at most (holdOnce), else "0"
+	election    string   // "1" for an Election's lock: the stream of leaders is its own, and each owner holds it once at most
 	q           *waitQueue
 }
 
 func (s *fairSpec) field(owner string) string       { return owner }
 func (s *fairSpec) waitChannel(field string) string { return s.channel + ":" + field }
-func (s *fairSpec) countCall(string) *scriptCall    { return nil }
-func (s *fairSpec) mode() string                    { return "" }
 func (s *fairSpec) queue() *waitQueue               { return s.q }
+func (s *fairSpec) read(field string) scriptCall    { return lockRead(s.acquireKeys[:1], "", field, "") }
 func (s *fairSpec) renewal(field string) renewal {
 	return renewal{script: scriptRenew, keys: s.acquireKeys[:1], field: field}
 }
 
 func (s *fairSpec) acquire(a acquireCall) scriptCall {
 	return scriptCall{script: scriptFairAcquire, keys: s.acquireKeys,
-		args: []string{a.ttl, a.field, s.aliveTTL, joinFlag(a.join), s.wait, unlockMessage, a.publish, a.attempt, s.once}}
+		args: []string{a.ttl, a.field, s.aliveTTL, joinFlag(a.join), s.wait, unlockMessage, a.publish, a.attempt, s.election}}
 }
 
 func (s *fairSpec) release(r releaseCall) scriptCall {

@@ -13,11 +13,16 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// ErrNotALock means Inspect found, at the name it was given, a key that no relock (or Redisson) lock
-// writes: a key of another type, or a hash whose fields are not owners with hold counts.
+// ErrNotALock means a lock's call found, at the lock's name, a key that no relock (or Redisson) lock
+// writes: a key of another type (a Semaphore's or CountDownLatch's counter is a string), or, for Inspect,
+// a hash whose fields are not owners with hold counts. Every operation of a Lock, FairLock, ReadWriteLock
+// or Election returns it (acquisitions, releases, ForceUnlock, reads; and the watchdog counts such a
+// hold as lost) as a *KindError, which matches ErrWrongKind too and says what the key is; nothing is
+// changed in Redis.
 var ErrNotALock = errors.New("relock: key is not a lock")
 
-// LockKind is the kind of lock Inspect finds in Redis.
+// LockKind is a kind of object relock keeps at a name: the kind of lock Inspect finds in Redis, or the
+// kind a KindError found where the call expected another.
 type LockKind string
 
 // The kinds of lock Inspect tells apart. A FairLock with nobody queued has the same keys as an RLock, and
@@ -25,12 +30,25 @@ type LockKind string
 const (
 	// KindNone: nothing of the lock is in Redis but, perhaps, its fencing counter. It is free.
 	KindNone LockKind = ""
-	// KindRLock: an RLock (or a FairLock with an empty queue).
+	// KindRLock: an RLock (or a FairLock with an empty queue; or an Election's lock, the same layout).
 	KindRLock LockKind = "rlock"
 	// KindFairLock: a FairLock with owners in its queue.
 	KindFairLock LockKind = "fairlock"
 	// KindReadWriteLock: a ReadWriteLock, held in read or write mode, or with priority writers waiting.
 	KindReadWriteLock LockKind = "rwlock"
+)
+
+// The other kinds a KindError can report (Inspect reports none of them: it reads locks only).
+const (
+	// KindElection: an Election that recorded a leader (its stream "relock_election:{name}" exists).
+	KindElection LockKind = "election"
+	// KindSemaphore: a counter, an integer string at the name: a Semaphore's, a CountDownLatch's (Redis
+	// cannot tell them apart), or a PermitSemaphore's with no permit taken.
+	KindSemaphore LockKind = "semaphore"
+	// KindPermitSemaphore: a PermitSemaphore with permits taken (its "{name}:timeout" exists).
+	KindPermitSemaphore LockKind = "permitsemaphore"
+	// KindOther: a key that none of relock's kinds writes (KindError.Type says what it is).
+	KindOther LockKind = "other"
 )
 
 // inspectQueueLimit is the most queue entries Inspect returns; LockState.QueueLen counts them all.

@@ -11,9 +11,11 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// ErrNotASemaphore means InspectSemaphore found, at the name it was given, keys that no Semaphore,
-// CountDownLatch or PermitSemaphore (relock's or Redisson's) writes: a counter key that is not a string
-// holding a 64-bit integer, or a permits key ("{name}:timeout") that is not a sorted set.
+// ErrNotASemaphore means a call of a Semaphore, PermitSemaphore or CountDownLatch, or InspectSemaphore,
+// found, at the name it was given, keys that no Semaphore, CountDownLatch or PermitSemaphore (relock's or
+// Redisson's) writes: a counter key that is not a string holding a 64-bit integer (a lock's hash, say), or
+// a permits key ("{name}:timeout") that is not a sorted set. The operations return it as a *KindError,
+// which matches ErrWrongKind too and says what the key is; nothing is changed in Redis.
 var ErrNotASemaphore = errors.New("relock: key is not a semaphore or latch")
 
 // SemaphoreState is a snapshot of a Semaphore, CountDownLatch or PermitSemaphore, read from Redis in one

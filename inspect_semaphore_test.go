@@ -95,8 +95,8 @@ func TestInspectSemaphorePermits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			leased, err := s.TryAcquire(ctx, 0, time.Minute)
-			if err != nil || leased == nil {
+			leased, ok, err := s.TryAcquire(ctx, 0, time.Minute)
+			if err != nil || !ok {
 				t.Fatalf("TryAcquire with a lease: %v, %v", leased, err)
 			}
 			// A Redisson client's permit whose lease ran out: it took one permit, and died.

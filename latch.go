@@ -30,8 +30,13 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	return &CountDownLatch{newSyncObject(c, kindLatch, name, "redisson_countdownlatch__channel__{"+name+"}")}
 }
 
-// Name returns the latch's name, its key in Redis.
-func (l *CountDownLatch) Name() string { return l.name }
+// Name returns the latch's name, its key in Redis ("" for a nil *CountDownLatch).
+func (l *CountDownLatch) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
 
 // check validates the latch and ctx before a call.
 func (l *CountDownLatch) check(ctx context.Context) error {
@@ -54,32 +59,32 @@ func latchWakes(message string) int {
 // to zero), and reports whether it did. count must be above zero (ErrInvalidCount).
 func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, error) {
 	if err := l.check(ctx); err != nil {
-		return false, wrapErrCtx(ctx, "trysetcount", l.name, err)
+		return false, wrapErrCtx(ctx, "trysetcount", l.Name(), err)
 	}
 	if count < 1 {
-		return false, wrapErrCtx(ctx, "trysetcount", l.name, ErrInvalidCount)
+		return false, wrapErrCtx(ctx, "trysetcount", l.Name(), ErrInvalidCount)
 	}
 	set, err := l.announce(ctx, "relock.latch.trysetcount", scriptLatchSet, strconv.FormatInt(count, 10))
-	return set == 1, wrapErrCtx(ctx, "trysetcount", l.name, err)
+	return set == 1, wrapErrCtx(ctx, "trysetcount", l.Name(), err)
 }
 
 // CountDown counts the latch down by one; at zero it opens and wakes every waiter. Counting down an open
 // latch does nothing.
 func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx); err != nil {
-		return wrapErrCtx(ctx, "countdown", l.name, err)
+		return wrapErrCtx(ctx, "countdown", l.Name(), err)
 	}
 	_, err := l.announce(ctx, "relock.latch.countdown", scriptLatchCountDown)
-	return wrapErrCtx(ctx, "countdown", l.name, err)
+	return wrapErrCtx(ctx, "countdown", l.Name(), err)
 }
 
 // Count returns the count (0 once the latch is open).
 func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	if err := l.check(ctx); err != nil {
-		return 0, wrapErrCtx(ctx, "count", l.name, err)
+		return 0, wrapErrCtx(ctx, "count", l.Name(), err)
 	}
 	n, err := l.value(ctx)
-	return n, wrapErrCtx(ctx, "count", l.name, err)
+	return n, wrapErrCtx(ctx, "count", l.Name(), err)
 }
 
 // Await waits until the latch is open (its count is zero) or ctx ends (its error is then returned,
@@ -88,28 +93,29 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 func (l *CountDownLatch) Await(ctx context.Context) error {
 	open, err := l.await(ctx, "await", -1)
 	if err == nil && !open {
-		err = wrapErrCtx(ctx, "await", l.name, context.Cause(ctx))
+		err = wrapErrCtx(ctx, "await", l.Name(), context.Cause(ctx))
 	}
 	return err
 }
 
-// TryAwait waits at most wait for the latch to open, and reports whether it did. A negative wait is
-// ErrInvalidDuration.
+// TryAwait waits at most wait for the latch to open (0: only checks), and reports whether it did: false,
+// with a nil error, when wait ran out. A negative wait is ErrInvalidDuration. Its arguments follow the
+// package's order (see Arguments in the package doc): the context, then the wait.
 func (l *CountDownLatch) TryAwait(ctx context.Context, wait time.Duration) (bool, error) {
 	if wait < 0 {
-		return false, wrapErrCtx(ctx, "tryawait", l.name, ErrInvalidDuration)
+		return false, wrapErrCtx(ctx, "tryawait", l.Name(), ErrInvalidDuration)
 	}
 	return l.await(ctx, "tryawait", wait)
 }
 
 func (l *CountDownLatch) await(ctx context.Context, op string, wait time.Duration) (bool, error) {
 	if err := l.check(ctx); err != nil {
-		return false, wrapErrCtx(ctx, op, l.name, err)
+		return false, wrapErrCtx(ctx, op, l.Name(), err)
 	}
 	open, err := l.c.acquire(ctx, acquireOp{kind: kindLatch, name: l.name, channel: l.channel, wakes: latchWakes, wait: wait},
 		func(ctx context.Context) (bool, time.Duration, error) {
 			n, err := l.value(ctx)
 			return err == nil && n <= 0, -1, err
 		})
-	return open, wrapErrCtx(ctx, op, l.name, err)
+	return open, wrapErrCtx(ctx, op, l.Name(), err)
 }

@@ -3,8 +3,6 @@ package relock
 import (
 	"context"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // RLock is a lock of any of relock's kinds, as in Redisson, where every lock is an RLock: the reentrant
@@ -84,7 +82,7 @@ func (l *RLock) LockWithLease(ctx context.Context, lease time.Duration) error {
 // TryLock tries to acquire the lock for the owner of ctx, waiting up to wait for it. wait == 0 makes a
 // single attempt (which never joins a fair lock's queue). lease > 0 makes the hold expire lease after it
 // is acquired; lease == 0 gives a hold the watchdog keeps alive until the final Unlock. Negative durations
-// return ErrInvalidDuration.
+// return ErrInvalidDuration. The durations come in the package's order: wait, then lease.
 //
 // TryLock reports true when the owner holds the lock (or held it already: the hold count went up), and
 // false, with a nil error, when wait ran out. When ctx ends first, it returns false and an error wrapping
@@ -164,7 +162,7 @@ func (l *RLock) HoldContext(ctx context.Context) (context.Context, error) {
 	}
 	hctx, err := l.c.holds.holdContext(ctx, holdKey{key: l.name, field: field})
 	if err != nil {
-		return nil, l.fail(ctx, "holdcontext", err)
+		return nil, l.fail(ctx, "holdcontext", l.notHeld(field))
 	}
 	return hctx, nil
 }
@@ -183,7 +181,7 @@ func (l *RLock) FencingToken(ctx context.Context) (uint64, error) {
 	}
 	token, ok := l.c.holds.token(holdKey{key: l.name, field: field})
 	if !ok {
-		return 0, l.fail(ctx, "fencingtoken", ErrNotHeld)
+		return 0, l.fail(ctx, "fencingtoken", l.notHeld(field))
 	}
 	return token, nil
 }
@@ -193,24 +191,24 @@ func (l *RLock) IsLocked(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, l.fail(ctx, "islocked", err)
 	}
-	if m := l.spec.mode(); m != "" {
-		mode, err := l.c.do(ctx, l.c.rdb.B().Hget().Key(l.name).Field("mode").Build()).ToString()
-		if rueidis.IsRedisNil(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, l.fail(ctx, "islocked", err)
-		}
-		return mode == m, nil
-	}
-	n, err := l.c.do(ctx, l.c.rdb.B().Exists().Key(l.name).Build()).AsInt64()
+	r, err := l.read(ctx, "")
 	if err != nil {
 		return false, l.fail(ctx, "islocked", err)
 	}
-	return n == 1, nil
+	return r[0] == 1, nil
 }
 
-// IsHeld reports whether the owner of ctx holds the lock, asking Redis.
+// read runs the lock's read (lua/lock_read.lua) for the owner field ("": none), and returns its reply:
+// {locked, count, pttl}.
+func (l *RLock) read(ctx context.Context, field string) ([3]int64, error) {
+	sc := l.spec.read(field)
+	return acquireReply(l.c.run(ctx, sc.script, sc.keys, sc.args))
+}
+
+// IsHeld reports whether the owner of ctx holds the lock, asking Redis. The owner is decided by the one
+// rule of WithOwner: the token ctx carries, else the calling goroutine. So IsHeld reports false for a lock
+// that another goroutine of this Client holds (unless both use the same WithOwner token), as Unlock would
+// refuse to release it.
 func (l *RLock) IsHeld(ctx context.Context) (bool, error) {
 	n, err := l.holdCount(ctx, "isheld")
 	return n > 0, err
@@ -227,11 +225,11 @@ func (l *RLock) RemainingTTL(ctx context.Context) (time.Duration, error) {
 	if err := l.check(ctx); err != nil {
 		return 0, l.fail(ctx, "remainingttl", err)
 	}
-	ms, err := l.c.do(ctx, l.c.rdb.B().Pttl().Key(l.name).Build()).AsInt64()
+	r, err := l.read(ctx, "")
 	if err != nil {
 		return 0, l.fail(ctx, "remainingttl", err)
 	}
-	return pttlToDuration(ms), nil
+	return pttlToDuration(r[2]), nil
 }
 
 func pttlToDuration(ms int64) time.Duration {
@@ -249,19 +247,11 @@ func (l *RLock) holdCount(ctx context.Context, op string) (int, error) {
 	if err != nil {
 		return 0, l.fail(ctx, op, err)
 	}
-	var n int64
-	if sc := l.spec.countCall(field); sc != nil {
-		n, err = l.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
-	} else {
-		n, err = l.c.do(ctx, l.c.rdb.B().Hget().Key(l.name).Field(field).Build()).AsInt64()
-	}
-	if rueidis.IsRedisNil(err) {
-		return 0, nil
-	}
+	r, err := l.read(ctx, field)
 	if err != nil {
 		return 0, l.fail(ctx, op, err)
 	}
-	return int(n), nil
+	return int(r[1]), nil
 }
 
 // NoExpiry is what RemainingTTL returns for a lock key that exists but has no time to live.
@@ -274,14 +264,7 @@ type lockOptions struct {
 	fenced         bool
 	writerPriority bool
 	ack            replicaAck
-	once           bool // each owner holds the lock once at most: an Election's (holdOnce)
 }
-
-// holdOnce makes a FairLock that each owner holds once at most: an acquisition by an owner that holds it
-// already gets the hold it has, with no new level, so one release always ends it. It is an Election's: a
-// Campaign by a candidate that leads in Redis (two at once, or one after the Client reported the
-// leadership lost while its renewals still ran) must not leave it leading after one Resign.
-func holdOnce(o *lockOptions) { o.once = true }
 
 // replicaAck is WithReplicaAck's setting: replicas is 0 when it is off.
 type replicaAck struct {

@@ -33,6 +33,7 @@ func relockKeys(name string) lockKeys {
 	fl := c.FairLock(name)
 	rw := c.ReadWriteLock(name)
 	rr := rw.ReadLock().spec.(*readSpec)
+	acquire := rl.spec.(*rlockSpec).acquireKeys
 	return lockKeys{
 		channel:           rl.channel,
 		fairQueue:         fl.spec.(*fairSpec).acquireKeys[1],
@@ -40,7 +41,7 @@ func relockKeys(name string) lockKeys {
 		fairWaiterChannel: fl.spec.waitChannel("c:7"),
 		rwChannel:         rw.ReadLock().channel,
 		rwReadHold:        rr.base + ":c:7:rwlock_timeout:1",
-		token:             rl.spec.(*rlockSpec).acquireKeys[2], // after the lock and its undone attempts
+		token:             acquire[len(acquire)-1], // a fenced lock's last key
 	}
 }
 

@@ -19,9 +19,9 @@ func takenPermit(t *testing.T, f *fakeRunner, s *PermitSemaphore, owner context.
 	f.mu.Lock()
 	f.acquire = func(scriptCall) ([3]int64, error) { return [3]int64{1, 0, 0}, nil }
 	f.mu.Unlock()
-	p, err := s.TryAcquire(owner, 0, 0)
-	if err != nil || p == nil {
-		t.Fatalf("TryAcquire = %v, %v", p, err)
+	p, ok, err := s.TryAcquire(owner, 0, 0)
+	if err != nil || !ok {
+		t.Fatalf("TryAcquire = %v, %v, %v", p, ok, err)
 	}
 	hc, err := p.Context(context.Background())
 	if err != nil {

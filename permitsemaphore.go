@@ -54,13 +54,37 @@ func permitsKey(name string) string {
 
 // Permit is one permit taken from a PermitSemaphore. It belongs to the owner that took it (see WithOwner):
 // that owner can give it back with PermitSemaphore.Release, and anyone given the Permit with its Release.
+//
+// A nil *Permit is no permit: its methods are safe to call and report it (Release and Context return an
+// error matching ErrNotHeld, ID returns ""), so that a `defer p.Release(ctx)` written before checking
+// TryAcquire's ok does not panic. Check ok all the same: without it, the caller has no permit.
 type Permit struct {
 	s  *PermitSemaphore
 	id string // 16 random bytes, the member of the sorted set
 }
 
-// ID returns the permit's id, in hex, as Redisson names permits (RPermitExpirableSemaphore.release(id)).
-func (p *Permit) ID() string { return hex.EncodeToString([]byte(p.id)) }
+// errNoPermit is the error of a nil *Permit's methods (or a Permit that was never taken).
+var errNoPermit = fmt.Errorf("%w: no permit (a nil *Permit: its TryAcquire took none)", ErrNotHeld)
+
+// ID returns the permit's id, in hex, as Redisson names permits (RPermitExpirableSemaphore.release(id)),
+// or "" for a nil *Permit.
+func (p *Permit) ID() string {
+	if p == nil {
+		return ""
+	}
+	return hex.EncodeToString([]byte(p.id))
+}
+
+// taken reports whether p is a permit that was taken (not nil, not a zero Permit).
+func (p *Permit) taken() bool { return p != nil && p.s != nil }
+
+// Name returns the semaphore's name, its key in Redis ("" for a nil *PermitSemaphore).
+func (s *PermitSemaphore) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
 
 func (s *PermitSemaphore) check(ctx context.Context) error {
 	if s == nil {
@@ -69,22 +93,30 @@ func (s *PermitSemaphore) check(ctx context.Context) error {
 	return s.syncObject.check(ctx, validName(s.name))
 }
 
+// counter is s as the Semaphore that shares its counter (nil for a nil s: its methods return ErrNilClient).
+func (s *PermitSemaphore) counter() *Semaphore {
+	if s == nil {
+		return nil
+	}
+	return &Semaphore{s.syncObject}
+}
+
 // TrySetPermits sets the permits if the semaphore was never set, and reports whether it did. permits must
 // not be negative (ErrInvalidPermits).
 func (s *PermitSemaphore) TrySetPermits(ctx context.Context, permits int) (bool, error) {
-	return (&Semaphore{s.syncObject}).TrySetPermits(ctx, permits)
+	return s.counter().TrySetPermits(ctx, permits)
 }
 
 // AddPermits adds permits, or takes that many away when negative (zero is ErrInvalidPermits).
 func (s *PermitSemaphore) AddPermits(ctx context.Context, permits int) error {
-	return (&Semaphore{s.syncObject}).AddPermits(ctx, permits)
+	return s.counter().AddPermits(ctx, permits)
 }
 
 // AvailablePermits returns the permits available now. A permit whose expiry has passed is not among them
 // until an acquisition (relock's or Redisson's) gives it back; relock's Release gives back only the
 // permits it names. Client.InspectSemaphore counts the expired permits (SemaphoreState.PermitsExpired).
 func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
-	return (&Semaphore{s.syncObject}).AvailablePermits(ctx)
+	return s.counter().AvailablePermits(ctx)
 }
 
 // Acquire takes a permit, waiting until one is available or ctx ends. The watchdog keeps it alive until
@@ -93,32 +125,42 @@ func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
 func (s *PermitSemaphore) Acquire(ctx context.Context) (*Permit, error) {
 	p, err := s.tryAcquire(ctx, "acquire", -1, 0)
 	if err == nil && p == nil {
-		err = wrapErrCtx(ctx, "acquire", s.name, context.Cause(ctx))
+		err = wrapErrCtx(ctx, "acquire", s.Name(), context.Cause(ctx))
 	}
 	return p, err
 }
 
-// TryAcquire takes a permit if one becomes available within wait (0: only if one is now), and returns it,
-// or nil. With a lease > 0 the permit expires after lease (and is watched, not renewed); with 0 the
-// watchdog keeps it alive. A negative wait or lease is ErrInvalidDuration.
-func (s *PermitSemaphore) TryAcquire(ctx context.Context, wait, lease time.Duration) (*Permit, error) {
+// TryAcquire takes a permit if one becomes available within wait (0: only if one is now). As every Try
+// method, it reports whether it did: ok is true with the permit, false with a nil error (and a nil
+// *Permit) when wait ran out; when ctx ends first, it returns an error wrapping ctx.Err(). With a lease > 0
+// the permit expires after lease (and is watched, not renewed); with 0 the watchdog keeps it alive. A
+// negative wait or lease is ErrInvalidDuration. The durations come in the package's order: wait, then
+// lease.
+//
+//	p, ok, err := s.TryAcquire(ctx, time.Second, 0)
+//	if err != nil || !ok {
+//		return err // nil when no permit came within the wait
+//	}
+//	defer p.Release(context.WithoutCancel(ctx))
+func (s *PermitSemaphore) TryAcquire(ctx context.Context, wait, lease time.Duration) (p *Permit, ok bool, err error) {
 	if wait < 0 || lease < 0 {
-		return nil, wrapErrCtx(ctx, "tryacquire", s.name, ErrInvalidDuration)
+		return nil, false, wrapErrCtx(ctx, "tryacquire", s.Name(), ErrInvalidDuration)
 	}
-	return s.tryAcquire(ctx, "tryacquire", wait, lease)
+	p, err = s.tryAcquire(ctx, "tryacquire", wait, lease)
+	return p, p != nil, err
 }
 
 func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease time.Duration) (*Permit, error) {
 	if err := s.check(ctx); err != nil {
-		return nil, wrapErrCtx(ctx, op, s.name, err)
+		return nil, wrapErrCtx(ctx, op, s.Name(), err)
 	}
 	owner, err := s.c.ownerField(ctx)
 	if err != nil {
-		return nil, wrapErrCtx(ctx, op, s.name, err)
+		return nil, wrapErrCtx(ctx, op, s.Name(), err)
 	}
 	publish, err := s.c.publishCommand(ctx, s.channel)
 	if err != nil {
-		return nil, wrapErrCtx(ctx, op, s.name, err)
+		return nil, wrapErrCtx(ctx, op, s.Name(), err)
 	}
 	ttlArg := s.c.watchdogTimeoutArg
 	if lease > 0 {
@@ -153,7 +195,7 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 			return true, 0, nil
 		})
 	if err != nil {
-		return nil, wrapErrCtx(ctx, op, s.name, err)
+		return nil, wrapErrCtx(ctx, op, s.Name(), err)
 	}
 	return permit, nil
 }
@@ -251,29 +293,34 @@ func (s *PermitSemaphore) releaseHolds(ctx context.Context, op string, ks []hold
 // returns an error and leaves the release to complete in the background: the permits are not the owner's
 // any more.
 func (s *PermitSemaphore) Release(ctx context.Context, n int) error {
+	if s == nil {
+		return wrapErrCtx(ctx, "release", "", ErrNilClient)
+	}
 	if err := s.c.check(); err != nil {
-		return wrapErrCtx(ctx, "release", s.name, err)
+		return wrapErrCtx(ctx, "release", s.Name(), err)
 	}
 	if !validName(s.name) {
-		return wrapErrCtx(ctx, "release", s.name, ErrInvalidName)
+		return wrapErrCtx(ctx, "release", s.Name(), ErrInvalidName)
 	}
 	if n < 1 {
-		return wrapErrCtx(ctx, "release", s.name, ErrInvalidPermits)
+		return wrapErrCtx(ctx, "release", s.Name(), ErrInvalidPermits)
 	}
 	owner, err := s.c.ownerField(ctx)
 	if err != nil {
-		return wrapErrCtx(ctx, "release", s.name, err)
+		return wrapErrCtx(ctx, "release", s.Name(), err)
 	}
 	ks, held := s.c.holds.takeFromGroup(holdKey{key: s.timeouts, field: owner}, n)
 	if ks == nil {
-		return wrapErrCtx(ctx, "release", s.name, fmt.Errorf("%w: releasing %d permits, the owner holds %d", ErrNotHeld, n, held))
+		err := s.c.ownerError(ErrNotHeld, fmt.Sprintf(": releasing %d permits, the owner holds %d", n, held), owner,
+			s.c.holds.otherGroupOwners(s.timeouts, owner))
+		return wrapErrCtx(ctx, "release", s.Name(), err)
 	}
 	lost, err := s.releaseHolds(ctx, "release", ks)
 	switch {
 	case err != nil:
-		return wrapErrCtx(ctx, "release", s.name, err)
+		return wrapErrCtx(ctx, "release", s.Name(), err)
 	case lost > 0:
-		return wrapErrCtx(ctx, "release", s.name, fmt.Errorf("%w: %d of the %d permits were not taken any more (lost, or released by their Permit.Release meanwhile)", ErrNotHeld, lost, n))
+		return wrapErrCtx(ctx, "release", s.Name(), fmt.Errorf("%w: %d of the %d permits were not taken any more (lost, or released by their Permit.Release meanwhile)", ErrNotHeld, lost, n))
 	}
 	return nil
 }
@@ -281,11 +328,11 @@ func (s *PermitSemaphore) Release(ctx context.Context, n int) error {
 // Held returns how many permits of s ctx's owner holds: taken, not given back, and not known to be lost.
 func (s *PermitSemaphore) Held(ctx context.Context) (int, error) {
 	if err := s.check(ctx); err != nil {
-		return 0, wrapErrCtx(ctx, "held", s.name, err)
+		return 0, wrapErrCtx(ctx, "held", s.Name(), err)
 	}
 	owner, err := s.c.ownerField(ctx)
 	if err != nil {
-		return 0, wrapErrCtx(ctx, "held", s.name, err)
+		return 0, wrapErrCtx(ctx, "held", s.Name(), err)
 	}
 	return s.c.holds.groupSize(holdKey{key: s.timeouts, field: owner}), nil
 }
@@ -293,29 +340,36 @@ func (s *PermitSemaphore) Held(ctx context.Context) (int, error) {
 // Context returns a context, derived from ctx, that ends when the permit does: with a cause matching
 // ErrLockLost when it is lost (it expired: its holder stalled, or Redis did not answer in time), with
 // context.Canceled when it is released, and with a cause matching both ErrClosed and context.Canceled when
-// the Client is closed (Close gives it back). It returns ErrNotHeld for a permit that ended already.
+// the Client is closed (Close gives it back). It returns ErrNotHeld (and a nil context) for a permit that
+// ended already, and for a nil *Permit: check the error before using the context.
 func (p *Permit) Context(ctx context.Context) (context.Context, error) {
+	if !p.taken() {
+		return nil, wrapErrCtx(ctx, "permitcontext", "", errNoPermit)
+	}
 	hc, err := p.s.c.holds.holdContext(ctx, holdKey{key: p.s.timeouts, field: p.id})
 	return hc, wrapErrCtx(ctx, "permitcontext", p.s.name, err)
 }
 
 // Release gives the permit back and wakes waiters. It returns ErrNotHeld when the permit was not taken
-// any more (released already, or lost: it expired and was given back). As with Unlock, a ctx that has
-// ended, or a release whose reply was lost, returns an error and leaves the release to complete in the
-// background.
+// any more (released already, or lost: it expired and was given back), and for a nil *Permit (nothing to
+// give back). As with Unlock, a ctx that has ended, or a release whose reply was lost, returns an error and
+// leaves the release to complete in the background.
 func (p *Permit) Release(ctx context.Context) error {
+	if !p.taken() {
+		return wrapErrCtx(ctx, "release", "", errNoPermit)
+	}
 	s := p.s
 	if err := s.c.check(); err != nil {
-		return wrapErrCtx(ctx, "release", s.name, err)
+		return wrapErrCtx(ctx, "release", s.Name(), err)
 	}
 	k := holdKey{key: s.timeouts, field: p.id}
 	s.c.holds.takeOne(k)
 	lost, err := s.releaseHolds(ctx, "permit.release", []holdKey{k})
 	switch {
 	case err != nil:
-		return wrapErrCtx(ctx, "release", s.name, err)
+		return wrapErrCtx(ctx, "release", s.Name(), err)
 	case lost > 0:
-		return wrapErrCtx(ctx, "release", s.name, ErrNotHeld)
+		return wrapErrCtx(ctx, "release", s.Name(), ErrNotHeld)
 	}
 	return nil
 }

@@ -42,8 +42,8 @@ func TestPermitSemaphore(t *testing.T) {
 		t.Fatalf("the permit is not in Redisson's {jobs}:timeout: %v", err)
 	}
 	// Held for 2.5 times the watchdog timeout: renewed, and nobody else gets it.
-	if got, err := b.PermitSemaphore("jobs").TryAcquire(ctx, 2500*time.Millisecond, 0); got != nil || err != nil {
-		t.Fatalf("another Client got a permit of a semaphore of 1 that is held: %v, %v", got, err)
+	if got, ok, err := b.PermitSemaphore("jobs").TryAcquire(ctx, 2500*time.Millisecond, 0); ok || got != nil || err != nil {
+		t.Fatalf("another Client got a permit of a semaphore of 1 that is held: %v, %v, %v", got, ok, err)
 	}
 	if held.Err() != nil {
 		t.Fatalf("the permit ended while held: %v", context.Cause(held))
@@ -126,8 +126,8 @@ func TestPermitLostWhenNotRenewed(t *testing.T) {
 	}
 	held, _ := p.Context(ctx)
 	proxy.Stall(faultnet.Upstream, true)
-	got, err := other.PermitSemaphore("cut").TryAcquire(ctx, 3*time.Second, 0)
-	if err != nil || got == nil {
+	got, ok, err := other.PermitSemaphore("cut").TryAcquire(ctx, 3*time.Second, 0)
+	if err != nil || !ok {
 		t.Fatalf("the other Client did not get the expired permit: %v, %v", got, err)
 	}
 	select {
@@ -164,8 +164,8 @@ func TestPermitSemaphoreRedissonProtocol(t *testing.T) {
 	do(t, rdb, "DECRBY", "shared-permits", "1")
 	expired := strconv.FormatInt(time.Now().Add(-time.Second).UnixMilli(), 10)
 	do(t, rdb, "ZADD", "{shared-permits}:timeout", expired, "java-permit-id-16")
-	p, err := s.TryAcquire(ctx, 0, 0)
-	if err != nil || p == nil {
+	p, ok, err := s.TryAcquire(ctx, 0, 0)
+	if err != nil || !ok {
 		t.Fatalf("relock did not take the permit whose Redisson lease had run out: %v, %v", p, err)
 	}
 	if n, _ := do(t, rdb, "ZCARD", "{shared-permits}:timeout").AsInt64(); n != 1 {
@@ -323,8 +323,8 @@ func TestPermitOwnerReleaseAfterLoss(t *testing.T) {
 	// gives it back and takes it.
 	id, _ := hex.DecodeString(p.ID())
 	do(t, rdb, "ZADD", "{lost-owned}:timeout", "1", string(id))
-	q, err := c.PermitSemaphore("lost-owned").TryAcquire(relock.WithOwner(ctx, "other"), 0, 0)
-	if err != nil || q == nil {
+	q, ok, err := c.PermitSemaphore("lost-owned").TryAcquire(relock.WithOwner(ctx, "other"), 0, 0)
+	if err != nil || !ok {
 		t.Fatalf("the expired permit was not taken: %v, %v", q, err)
 	}
 	select {

@@ -240,7 +240,7 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	}
 	switch {
 	case released == 0 && len(failures) == 0:
-		return wrapErrCtx(ctx, "unlock", r.name, ErrNotHeld)
+		return wrapErrCtx(ctx, "unlock", r.name, r.notHeld(octx))
 	case ctx.Err() != nil:
 		return wrapErrCtx(ctx, "unlock", r.name, errors.Join(failures...))
 	case released >= r.quorum || len(failures) == 0:
@@ -265,7 +265,7 @@ func (r *RedLock) HoldContext(ctx context.Context) (context.Context, error) {
 		}
 	}
 	if len(held) < r.quorum {
-		return nil, wrapErrCtx(ctx, "holdcontext", r.name, ErrNotHeld)
+		return nil, wrapErrCtx(ctx, "holdcontext", r.name, r.notHeld(octx))
 	}
 	return r.holds.watch(ctx, octx, held, func(lost int, cause error) error {
 		switch {

@@ -10,15 +10,17 @@ package relock
 // it. A nil Client gives a lock whose methods return ErrNilClient.
 func (c *Client) Lock(name string, opts ...LockOption) *RLock {
 	o := buildOptions(opts)
-	k := companions(name, "redisson_lock__channel", "relock_undone", "relock_release", "redisson_lock_token")
+	k := companions(name, "redisson_lock__channel", "relock_undone", "relock_release", "redisson_lock_token",
+		"redisson_lock_queue", "relock_rwlock_writers", "relock_election")
 	channel, undone, release, token := k[0], k[1], k[2], k[3]
-	keys := []string{name, undone, token, name, channel, release, undone}
+	// The acquisition reads the companions that tell another kind (lua/lib/kinds.lua).
+	keys := []string{name, undone, k[4], k[5], k[6], token, name, channel, release, undone}
 	made := &struct { // the lock and its spec in one allocation
 		l RLock
 		s rlockSpec
-	}{s: rlockSpec{name: name, channel: channel, acquireKeys: keys[0:2:2], releaseKeys: keys[3:7:7]}}
+	}{s: rlockSpec{name: name, channel: channel, acquireKeys: keys[0:5:5], releaseKeys: keys[6:10:10]}}
 	if o.fenced {
-		made.s.acquireKeys = keys[0:3:3]
+		made.s.acquireKeys = keys[0:6:6]
 	}
 	made.l = makeLock(c, kindRLock, name, o, channel, &made.s)
 	return &made.l
@@ -27,15 +29,14 @@ func (c *Client) Lock(name string, opts ...LockOption) *RLock {
 // rlockSpec is the reentrant lock's kind: lua/rlock_*.lua.
 type rlockSpec struct {
 	name, channel string
-	acquireKeys   []string // the lock, and the fencing counter if fenced
+	acquireKeys   []string // the lock, the undone marks, other kinds' companions, the fencing counter if fenced
 	releaseKeys   []string // the lock, the channel, the release record, the undone attempts' marks
 }
 
 func (s *rlockSpec) field(owner string) string    { return owner }
 func (s *rlockSpec) waitChannel(string) string    { return s.channel }
-func (s *rlockSpec) countCall(string) *scriptCall { return nil }
-func (s *rlockSpec) mode() string                 { return "" }
 func (s *rlockSpec) queue() *waitQueue            { return nil }
+func (s *rlockSpec) read(field string) scriptCall { return lockRead(s.acquireKeys[:1], "", field, "") }
 func (s *rlockSpec) renewal(field string) renewal {
 	return renewal{script: scriptRenew, keys: s.acquireKeys[:1], field: field}
 }

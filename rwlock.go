@@ -56,7 +56,9 @@ func (c *Client) ReadWriteLock(name string, opts ...LockOption) *ReadWriteLock {
 	o := buildOptions(opts)
 	channel, writers := companion("redisson_rwlock", name), companion("relock_rwlock_writers", name)
 	base := nameBase(name)
-	shared := rwKeys{base: base, baseArg: []string{base}, lockKeys: []string{name, writers, undoneKey(name)},
+	// The acquisitions read the companions that tell another kind (lua/lib/kinds.lua).
+	shared := rwKeys{base: base, baseArg: []string{base},
+		lockKeys:    []string{name, writers, undoneKey(name), companion("redisson_lock_queue", name), companion("relock_election", name)},
 		releaseKeys: []string{name, channel, companion("relock_rwlock_release", name), undoneKey(name)}}
 
 	ro := o
@@ -90,7 +92,7 @@ const writerSuffix = ":write"
 type rwKeys struct {
 	base        string   // starts the read-hold keys: "{<name>}", or the name when it holds a "{"
 	baseArg     []string // base, as the last arg of a reader's renewal
-	lockKeys    []string // the lock, the waiting priority writers, the undone attempts' marks
+	lockKeys    []string // the lock, the waiting priority writers, the undone marks, other kinds' companions
 	releaseKeys []string // the lock, the channel, the release records, the undone attempts' marks
 }
 
@@ -109,7 +111,6 @@ func (k *rwKeys) waitChannel(string) string { return k.releaseKeys[1] }
 type readSpec struct{ rwKeys }
 
 func (s *readSpec) field(owner string) string        { return owner }
-func (s *readSpec) mode() string                     { return "read" }
 func (s *readSpec) queue() *waitQueue                { return nil }
 func (s *readSpec) release(r releaseCall) scriptCall { return s.rwKeys.release(scriptRWReadRelease, r) }
 func (s *readSpec) acquire(a acquireCall) scriptCall {
@@ -120,9 +121,9 @@ func (s *readSpec) renewal(field string) renewal {
 	return renewal{script: scriptRWReadRenew, keys: s.lockKeys[:1], field: field, args: s.baseArg}
 }
 
-// countCall: a reader's field may outlive its hold (its levels expired while others read).
-func (s *readSpec) countCall(field string) *scriptCall {
-	return &scriptCall{script: scriptRWReadCount, keys: s.lockKeys[:1], args: []string{field, s.base}}
+// read: a reader's field may outlive its hold (its levels expired while others read).
+func (s *readSpec) read(field string) scriptCall {
+	return lockRead(s.lockKeys[:1], "read", field, s.base)
 }
 
 // writeSpec is the write lock's kind.
@@ -133,10 +134,11 @@ type writeSpec struct {
 	aliveTTL    string     // with priority, how long a waiting writer's claim lives unrefreshed, ms; else ""
 }
 
-func (s *writeSpec) field(owner string) string    { return owner + writerSuffix }
-func (s *writeSpec) mode() string                 { return "write" }
-func (s *writeSpec) queue() *waitQueue            { return s.q }
-func (s *writeSpec) countCall(string) *scriptCall { return nil }
+func (s *writeSpec) field(owner string) string { return owner + writerSuffix }
+func (s *writeSpec) queue() *waitQueue         { return s.q }
+func (s *writeSpec) read(field string) scriptCall {
+	return lockRead(s.lockKeys[:1], "write", field, "")
+}
 func (s *writeSpec) release(r releaseCall) scriptCall {
 	return s.rwKeys.release(scriptRWWriteRelease, r)
 }

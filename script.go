@@ -61,7 +61,6 @@ var (
 	scriptRWReadAcquire  = loadScript("rw_read_acquire")
 	scriptRWReadRelease  = loadScript("rw_read_release")
 	scriptRWReadRenew    = loadScript("rw_read_renew")
-	scriptRWReadCount    = loadScript("rw_read_count")
 	scriptRWWriteAcquire = loadScript("rw_write_acquire")
 	scriptRWWriteRelease = loadScript("rw_write_release")
 	scriptRWWriteLeave   = loadScript("rw_write_leave")
@@ -78,15 +77,18 @@ var (
 	scriptPermitRelease    = loadScript("permit_release")
 	scriptElectionRecord   = loadScript("election_record")
 	scriptElectionLeader   = loadScript("election_leader")
+	scriptLockRead         = loadScript("lock_read")
+	scriptCounterRead      = loadScript("counter_read")
 )
 
 // run is the one path every script takes to Redis: each call is a single round trip (EVALSHA; EVAL only
-// after NOSCRIPT). Scripts are never retried on a network error, because none of them is idempotent.
+// after NOSCRIPT). Scripts are never retried on a network error, because none of them is idempotent. A
+// script's refusal of a name in use by another kind comes back as a *KindError (kindReply).
 func (c *Client) run(ctx context.Context, s *script, keys, args []string) rueidis.RedisResult {
 	if !c.guard.needed(ctx) {
-		return c.guard.observe(ctx, s.lua.Exec(ctx, c.rdb, keys, args))
+		return kindReply(c.guard.observe(ctx, s.lua.Exec(ctx, c.rdb, keys, args)))
 	}
-	return withinDeadline(ctx, func() rueidis.RedisResult { return c.guard.observe(ctx, s.lua.Exec(ctx, c.rdb, keys, args)) }, rueidis.NewErrorResult)
+	return kindReply(withinDeadline(ctx, func() rueidis.RedisResult { return c.guard.observe(ctx, s.lua.Exec(ctx, c.rdb, keys, args)) }, rueidis.NewErrorResult))
 }
 
 // runner runs scripts whose replies are integers: the seam between rueidis and the state machines that
@@ -157,7 +159,7 @@ func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]in
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b.replies[i], b.errs[i] = r.c.guard.observe(ctx, call.script.lua.Exec(ctx, r.c.rdb, call.keys, call.args)).AsIntSlice()
+				b.replies[i], b.errs[i] = kindReply(r.c.guard.observe(ctx, call.script.lua.Exec(ctx, r.c.rdb, call.keys, call.args))).AsIntSlice()
 			}()
 		}
 		wg.Wait()
@@ -189,6 +191,7 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 		for i := range resps {
 			resps[i] = c.guard.observe(ctx, resps[i])
 		}
+		resps[0] = kindReply(resps[0])
 		return resps
 	}
 	var resps []rueidis.RedisResult

@@ -39,8 +39,13 @@ func (c *Client) Semaphore(name string) *Semaphore {
 	return &Semaphore{newSyncObject(c, kindSemaphore, name, companion("redisson_sc", name))}
 }
 
-// Name returns the semaphore's name, its key in Redis.
-func (s *Semaphore) Name() string { return s.name }
+// Name returns the semaphore's name, its key in Redis ("" for a nil *Semaphore).
+func (s *Semaphore) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
 
 // check validates the semaphore and ctx before a call.
 func (s *Semaphore) check(ctx context.Context) error {
@@ -65,35 +70,36 @@ func semaphoreWakes(message string) int {
 func (s *Semaphore) Acquire(ctx context.Context, permits int) error {
 	ok, err := s.tryAcquire(ctx, "acquire", permits, -1)
 	if err == nil && !ok {
-		err = wrapErrCtx(ctx, "acquire", s.name, context.Cause(ctx))
+		err = wrapErrCtx(ctx, "acquire", s.Name(), context.Cause(ctx))
 	}
 	return err
 }
 
 // TryAcquire takes permits if enough become available within wait (0: only if they are now), and
-// reports whether it took them. permits must be at least 1 (ErrInvalidPermits); a negative wait is
-// ErrInvalidDuration.
+// reports whether it took them: false, with a nil error, when wait ran out. permits must be at least 1
+// (ErrInvalidPermits); a negative wait is ErrInvalidDuration. The arguments come in the package's order:
+// what is taken (permits), then the wait.
 func (s *Semaphore) TryAcquire(ctx context.Context, permits int, wait time.Duration) (bool, error) {
 	if wait < 0 {
-		return false, wrapErrCtx(ctx, "tryacquire", s.name, ErrInvalidDuration)
+		return false, wrapErrCtx(ctx, "tryacquire", s.Name(), ErrInvalidDuration)
 	}
 	return s.tryAcquire(ctx, "tryacquire", permits, wait)
 }
 
 func (s *Semaphore) tryAcquire(ctx context.Context, op string, permits int, wait time.Duration) (bool, error) {
 	if err := s.check(ctx); err != nil {
-		return false, wrapErrCtx(ctx, op, s.name, err)
+		return false, wrapErrCtx(ctx, op, s.Name(), err)
 	}
 	if permits < 1 {
-		return false, wrapErrCtx(ctx, op, s.name, ErrInvalidPermits)
+		return false, wrapErrCtx(ctx, op, s.Name(), ErrInvalidPermits)
 	}
-	call := scriptCall{script: scriptSemaphoreAcquire, keys: s.keys[:1], args: []string{strconv.Itoa(permits)}}
+	call := scriptCall{script: scriptSemaphoreAcquire, keys: s.counterKeys, args: []string{strconv.Itoa(permits)}}
 	ok, err := s.c.acquire(ctx, acquireOp{kind: kindSemaphore, name: s.name, channel: s.channel, wakes: semaphoreWakes, weight: permits, wait: wait},
 		func(ctx context.Context) (bool, time.Duration, error) {
 			got, err := s.take(ctx, call, int64(permits))
 			return got == 1, -1, err // nothing expires: wait for an announcement
 		})
-	return ok, wrapErrCtx(ctx, op, s.name, err)
+	return ok, wrapErrCtx(ctx, op, s.Name(), err)
 }
 
 // take runs call, a script that takes permits (its reply times unit of them), and returns its reply. If ctx
@@ -180,7 +186,7 @@ func (s *Semaphore) giveBack(life context.Context, permits int64) {
 // sent (the connection broke) may have run: sending it again could make up permits.
 func (s *Semaphore) Release(ctx context.Context, permits int) error {
 	if permits < 1 {
-		return wrapErrCtx(ctx, "release", s.name, ErrInvalidPermits)
+		return wrapErrCtx(ctx, "release", s.Name(), ErrInvalidPermits)
 	}
 	_, err := s.add(ctx, "release", permits)
 	return err
@@ -190,7 +196,7 @@ func (s *Semaphore) Release(ctx context.Context, permits int) error {
 // may then go below zero: acquisitions wait until releases bring it back up). Zero is ErrInvalidPermits.
 func (s *Semaphore) AddPermits(ctx context.Context, permits int) error {
 	if permits == 0 {
-		return wrapErrCtx(ctx, "addpermits", s.name, ErrInvalidPermits)
+		return wrapErrCtx(ctx, "addpermits", s.Name(), ErrInvalidPermits)
 	}
 	_, err := s.add(ctx, "addpermits", permits)
 	return err
@@ -199,32 +205,32 @@ func (s *Semaphore) AddPermits(ctx context.Context, permits int) error {
 // add runs the release script, in a span, and returns the permits then available.
 func (s *Semaphore) add(ctx context.Context, op string, permits int) (int64, error) {
 	if err := s.check(ctx); err != nil {
-		return 0, wrapErrCtx(ctx, op, s.name, err)
+		return 0, wrapErrCtx(ctx, op, s.Name(), err)
 	}
 	available, err := s.announce(ctx, "relock.semaphore."+op, scriptSemaphoreRelease, strconv.Itoa(permits))
-	return available, wrapErrCtx(ctx, op, s.name, err)
+	return available, wrapErrCtx(ctx, op, s.Name(), err)
 }
 
 // TrySetPermits sets the semaphore's permits if it was never set, and reports whether it did: of many
 // processes starting at once, one sets them. permits must not be negative (ErrInvalidPermits).
 func (s *Semaphore) TrySetPermits(ctx context.Context, permits int) (bool, error) {
 	if err := s.check(ctx); err != nil {
-		return false, wrapErrCtx(ctx, "trysetpermits", s.name, err)
+		return false, wrapErrCtx(ctx, "trysetpermits", s.Name(), err)
 	}
 	if permits < 0 {
-		return false, wrapErrCtx(ctx, "trysetpermits", s.name, ErrInvalidPermits)
+		return false, wrapErrCtx(ctx, "trysetpermits", s.Name(), ErrInvalidPermits)
 	}
 	set, err := s.announce(ctx, "relock.semaphore.trysetpermits", scriptSemaphoreSet, strconv.Itoa(permits))
-	return set == 1, wrapErrCtx(ctx, "trysetpermits", s.name, err)
+	return set == 1, wrapErrCtx(ctx, "trysetpermits", s.Name(), err)
 }
 
 // AvailablePermits returns the number of permits available now (0 for a semaphore never set).
 func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
 	if err := s.check(ctx); err != nil {
-		return 0, wrapErrCtx(ctx, "availablepermits", s.name, err)
+		return 0, wrapErrCtx(ctx, "availablepermits", s.Name(), err)
 	}
 	n, err := s.value(ctx)
-	return int(n), wrapErrCtx(ctx, "availablepermits", s.name, err)
+	return int(n), wrapErrCtx(ctx, "availablepermits", s.Name(), err)
 }
 
 // DrainPermits takes every available permit and returns how many it took. When the count is below zero
@@ -232,8 +238,8 @@ func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
 // drainPermits does, and returns the negative count it found: the permits owed are forgiven.
 func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
 	if err := s.check(ctx); err != nil {
-		return 0, wrapErrCtx(ctx, "drainpermits", s.name, err)
+		return 0, wrapErrCtx(ctx, "drainpermits", s.Name(), err)
 	}
-	n, err := s.take(ctx, scriptCall{script: scriptSemaphoreDrain, keys: s.keys[:1]}, 1)
-	return int(n), wrapErrCtx(ctx, "drainpermits", s.name, err)
+	n, err := s.take(ctx, scriptCall{script: scriptSemaphoreDrain, keys: s.counterKeys}, 1)
+	return int(n), wrapErrCtx(ctx, "drainpermits", s.Name(), err)
 }

@@ -20,6 +20,7 @@ func BenchmarkSemaphoreRatio(b *testing.B) {
 	load := func(name string) *rueidis.Lua { return rawScript(b, name) }
 	acquire, release := load("semaphore_acquire"), load("semaphore_release")
 	rawKeys := []string{"bench:sem-raw", "redisson_sc:{bench:sem-raw}"}
+	takeKeys := []string{"bench:sem-raw", "{bench:sem-raw}:timeout"} // the counter, and a PermitSemaphore's permits
 	s := c.Semaphore("bench:sem")
 	for _, k := range []string{"bench:sem", "bench:sem-raw"} {
 		if err := rdb.Do(ctx, rdb.B().Set().Key(k).Value("1").Build()).Error(); err != nil {
@@ -29,7 +30,7 @@ func BenchmarkSemaphoreRatio(b *testing.B) {
 	var raw, sem time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		if got, err := acquire.Exec(ctx, rdb, rawKeys[:1], []string{"1"}).AsInt64(); got != 1 || err != nil {
+		if got, err := acquire.Exec(ctx, rdb, takeKeys, []string{"1"}).AsInt64(); got != 1 || err != nil {
 			b.Fatalf("raw acquire: %d, %v", got, err)
 		}
 		if err := release.Exec(ctx, rdb, rawKeys, []string{"1", "publish"}).Error(); err != nil {

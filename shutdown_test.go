@@ -139,9 +139,9 @@ func shutdownCases() []shutdownCase {
 				}
 				var held []context.Context
 				for _, lease := range []time.Duration{0, time.Hour} {
-					p, err := s.TryAcquire(ctx, 0, lease)
-					if p == nil || err != nil {
-						t.Fatalf("TryAcquire = %v, %v", p, err)
+					p, ok, err := s.TryAcquire(ctx, 0, lease)
+					if !ok || err != nil {
+						t.Fatalf("TryAcquire = %v, %v, %v", p, ok, err)
 					}
 					pc, err := p.Context(ctx)
 					if err != nil {

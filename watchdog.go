@@ -250,6 +250,9 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 		case results[i] == 0:
 			gone++
 			ended = append(ended, w.endLocked(h, errHoldGone))
+		case results[i] >= 2: // its key is now another kind's (lua/lib/kinds.lua)
+			gone++
+			ended = append(ended, w.endLocked(h, lostToKind(h.kind, results[i])))
 		case w.closed || !now.Before(h.expiresAt):
 			failed++
 			ended = append(ended, w.endLocked(h, errRenewTimeout))

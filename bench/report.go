@@ -200,7 +200,9 @@ func newRawScripts(rdb rueidis.Client) *rawScripts {
 const rawField = "00000000-0000-0000-0000-000000000000:1"
 
 func (r *rawScripts) acquire1(ctx context.Context, key string) error {
-	keys := []string{key, "relock_undone:{" + key + "}"} // the lock, its undone attempts (none here)
+	// The lock, its undone attempts (none here), and the companions of other kinds it reads.
+	keys := []string{key, "relock_undone:{" + key + "}", "redisson_lock_queue:{" + key + "}",
+		"relock_rwlock_writers:{" + key + "}", "relock_election:{" + key + "}"}
 	got, err := r.acquire.Exec(ctx, r.rdb, keys, []string{"30000", rawField, "a1"}).AsIntSlice()
 	if err != nil {
 		return err

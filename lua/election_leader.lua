@@ -6,7 +6,13 @@
 --
 -- Returns {entry id, term, value, owner}, or {} when there is no leader: none was ever recorded, or the
 -- last one recorded does not hold the lock any more (it resigned or lost it, and its successor, if any, is
--- not recorded yet).
+-- not recorded yet). An error RELOCK_... when the lock's key is no reentrant lock's (see lib/kinds.lua).
+-- @include lib/kinds.lua
+
+local refused = held_refusal(KEYS[1], false)
+if refused then
+  return refused
+end
 local last = redis.call('xrevrange', KEYS[2], '+', '-', 'count', 1)
 if #last == 0 then
   return {}

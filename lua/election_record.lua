@@ -7,7 +7,14 @@
 -- ARGV[3]  its value
 --
 -- Returns 1 when recorded (now, or already: it is idempotent), 0 when the owner does not hold the lock (it
--- lost it before this ran): nothing is written then. The stream keeps about the last 1000 leaders.
+-- lost it before this ran): nothing is written then. The stream keeps about the last 1000 leaders. An
+-- error RELOCK_... when the lock's key is no reentrant lock's (see lib/kinds.lua): nothing is written.
+-- @include lib/kinds.lua
+
+local refused = held_refusal(KEYS[1], false)
+if refused then
+  return refused
+end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return 0
 end

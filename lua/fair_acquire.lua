@@ -7,7 +7,11 @@
 -- KEYS[4]  relock's waiters' alive times, relock_lock_alive:{<name>} (see lib/queue.lua)
 -- KEYS[5]  the channel prefix, redisson_lock__channel:{<name>}; a waiter listens on "<prefix>:<owner>"
 -- KEYS[6]  the undone attempts' marks, relock_undone:{<name>} (see lib/undone.lua)
--- KEYS[7]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
+-- KEYS[7]  a ReadWriteLock's waiting priority writers, relock_rwlock_writers:{<name>}, read only: they make
+--          the name a ReadWriteLock's
+-- KEYS[8]  an Election's stream of leaders, relock_election:{<name>}, read only: it makes the name an
+--          Election's (see ARGV[9])
+-- KEYS[9]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
 -- ARGV[1]  how long the hold lives, in milliseconds (the lease, or the watchdog timeout)
 -- ARGV[2]  the owner field
 -- ARGV[3]  how long the owner stays alive without a refresh, in milliseconds (the watchdog timeout)
@@ -17,15 +21,17 @@
 -- ARGV[6]  the message that wakes a waiter ("0")
 -- ARGV[7]  how to announce: 'publish', or 'spublish' on a cluster (sharded pub/sub)
 -- ARGV[8]  the attempt's id
--- ARGV[9]  '1' for a lock each owner holds once at most (an Election's): an owner that holds it already
---          gets its hold back, with no new level; anything else re-enters, adding one
+-- ARGV[9]  '1' for an Election's candidate: the stream of leaders is its own, and each owner holds the
+--          lock once at most (an owner that holds it already gets its hold back, with no new level, so
+--          one Resign ends it); '' for a FairLock, which re-enters, adding one
 --
 -- Dead waiters are dropped from the head of the queue first. An owner that has an alive entry but is
 -- missing from the queue (a Redisson client dropped it, or it was removed by hand) goes back to the head,
 -- where it was. When the lock is free but the head is another waiter, that one is woken.
 --
 -- Returns {1, holdCount, token}  when the owner now holds the lock (see rlock_acquire.lua; token is 0 when
---                                the lock is not fenced; with ARGV[9] '1', the count it had, if it held). The owner's queue entries are gone, and wait is
+--                                the lock is not fenced; with ARGV[9] '1', the count it had, if it held).
+--                                The owner's queue entries are gone, and wait is
 --                                subtracted from every remaining score.
 --         {0, wait, 0}           when it does not. wait is how long (ms) the caller may sleep before trying
 --                                again unless notified on its channel: for the head of the queue, the
@@ -34,18 +40,37 @@
 --                                count as dead if it stopped refreshing.
 --         {-2, 0, 0}             when this attempt was undone before it arrived (see lib/undone.lua):
 --                                nothing changed, and nobody waits for the reply.
+--         an error RELOCK_...    when the name is in use by another kind (see lib/kinds.lua): a key that
+--                                is no lock, a read-write lock, or, unless the owner holds the lock
+--                                already, a ReadWriteLock's waiting writers or (for a FairLock) an
+--                                Election. Nothing changed.
 -- @include lib/clock.lua
 -- @include lib/queue.lua
 -- @include lib/hold.lua
 -- @include lib/undone.lua
+-- @include lib/kinds.lua
 
 if undone(KEYS[6], ARGV[2], ARGV[8]) then
   return {-2, 0, 0}
 end
-local now = now_ms()
+local t = key_type(KEYS[1])
+local refused = lock_refusal(KEYS[1], t, false)
+if refused then
+  return refused
+end
 local owner = ARGV[2]
+if t ~= 'hash' or redis.call('hexists', KEYS[1], owner) == 0 then
+  local election = KEYS[8]
+  if ARGV[9] == '1' then
+    election = KEYS[7] -- the Election's own stream is no other kind's
+  end
+  if redis.call('exists', KEYS[7], election) > 0 then
+    return refusal('WRONGKIND', other_kind(KEYS[7], 'rwlock', election, 'election'), t)
+  end
+end
+local now = now_ms()
 local aliveTTL, wait = tonumber(ARGV[3]), tonumber(ARGV[5])
-local free = redis.call('exists', KEYS[1]) == 0
+local free = t == 'none'
 
 local head = live_head(KEYS[2], KEYS[3], KEYS[4], now)
 local pos = redis.call('lpos', KEYS[2], owner) or nil -- nil, not false, when it is not queued
@@ -64,16 +89,16 @@ if free then
     redis.call('zrem', KEYS[3], owner)
     redis.call('zrem', KEYS[4], owner)
     shorten_waits(KEYS[3], redis.call('zrange', KEYS[3], 0, -1), wait)
-    return first_hold(KEYS[1], owner, ttl, KEYS[7])
+    return first_hold(KEYS[1], owner, ttl, KEYS[9])
   end
   -- The head may be asleep: its notification went to a dead waiter just dropped, or never came (a
   -- Redisson waiter ahead of it gave up, which wakes nobody).
   redis.call(ARGV[7], KEYS[5] .. ':' .. head, ARGV[6])
 elseif redis.call('hexists', KEYS[1], owner) == 1 then
   if ARGV[9] == '1' then
-    return hold_again(KEYS[1], owner, ttl, KEYS[7])
+    return hold_again(KEYS[1], owner, ttl, KEYS[9])
   end
-  return reenter(KEYS[1], owner, ttl, KEYS[7])
+  return reenter(KEYS[1], owner, ttl, KEYS[9])
 end
 
 -- Not acquired: refresh the owner's entries, or join the queue at its end, with Redisson's score.

@@ -11,9 +11,16 @@
 -- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
 -- Returns 1 when a lock was deleted, 0 when there was none. The queue is kept: its waiters go on in order.
+-- A key that is no reentrant lock's is not deleted: an error RELOCK_... says what it is (see
+-- lib/kinds.lua).
 -- @include lib/clock.lua
 -- @include lib/queue.lua
+-- @include lib/kinds.lua
 
+local refused = held_refusal(KEYS[1], false)
+if refused then
+  return refused
+end
 local deleted = redis.call('del', KEYS[1])
 redis.call('del', KEYS[6], KEYS[7])
 wake_live_head(KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[1], now_ms())

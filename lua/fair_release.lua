@@ -15,11 +15,17 @@
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
---         the owner's remaining hold count otherwise; 0 means the lock was deleted and the head woken.
+--         the owner's remaining hold count otherwise; 0 means the lock was deleted and the head woken;
+--         an error RELOCK_... when the key is no reentrant lock's (see lib/kinds.lua): nothing changed.
 -- @include lib/clock.lua
 -- @include lib/release.lua
 -- @include lib/queue.lua
+-- @include lib/kinds.lua
 
+local refused = held_refusal(KEYS[1], false)
+if refused then
+  return refused
+end
 local left = release_hold(KEYS[1], KEYS[6], KEYS[7], ARGV[1], ARGV[3], ARGV[4])
 if left ~= 0 then
   return left

@@ -11,7 +11,16 @@
 --
 -- Returns {1, 0, 0} when the permit was taken; {0, ms, 0} when none is available, ms being the time until
 -- the first taken permit expires (-1: none is taken, or none ever expires: the first is scored with
--- Redisson's mark of a permit taken without a lease, 922337203685477, and only a release frees one).
+-- Redisson's mark of a permit taken without a lease, 922337203685477, and only a release frees one); or
+-- an error RELOCK_... when a key is not what a PermitSemaphore keeps (see lib/kinds.lua): nothing changed
+-- then.
+-- @include lib/kinds.lua
+-- @include lib/counters.lua
+
+local refused = counter_refusal(KEYS[1], nil) or permits_refusal(KEYS[2], KEYS[1])
+if refused then
+  return refused
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expired = redis.call('zrangebyscore', KEYS[2], 0, now, 'limit', 0, 100)

@@ -8,7 +8,15 @@
 --
 -- Returns one integer per id, in order: 1 when the permit was given back, 0 when it was not taken
 -- (released already, or expired and given back by an acquisition). Nothing is announced when no permit
--- was given back.
+-- was given back. An error RELOCK_... when a key is not what a PermitSemaphore keeps (see lib/kinds.lua):
+-- nothing changed then.
+-- @include lib/kinds.lua
+-- @include lib/counters.lua
+
+local refused = counter_refusal(KEYS[1], nil) or permits_refusal(KEYS[2], KEYS[1])
+if refused then
+  return refused
+end
 local given = {}
 local n = 0
 for i = 2, #ARGV do

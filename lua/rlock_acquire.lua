@@ -2,7 +2,10 @@
 --
 -- KEYS[1]  the lock: a hash whose field is the owner ("<clientUUID>:<token>") and whose value is the hold count
 -- KEYS[2]  the undone attempts' marks, relock_undone:{<name>} (see lib/undone.lua)
--- KEYS[3]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>} (Redisson's RFencedLock
+-- KEYS[3]  a FairLock's queue, redisson_lock_queue:{<name>}, read only: its waiters make the name a FairLock's
+-- KEYS[4]  a ReadWriteLock's waiting priority writers, relock_rwlock_writers:{<name>}, read only: likewise
+-- KEYS[5]  an Election's stream of leaders, relock_election:{<name>}, read only: likewise
+-- KEYS[6]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>} (Redisson's RFencedLock
 --          counter). It has no expiry, so tokens keep increasing across the lock's expiries.
 -- ARGV[1]  how long the hold lives, in milliseconds (the lease, or the Client's watchdog timeout)
 -- ARGV[2]  the owner field
@@ -15,20 +18,33 @@
 --         {0, pttl, 0}         when another owner holds it; pttl is the lock's remaining time to live in
 --                              milliseconds, or -1 when the key has no expiry (a waiter then waits for the
 --                              release message alone).
---         {-2, 0, 0}             when this attempt was undone before it arrived (see lib/undone.lua):
---                                nothing changed, and nobody waits for the reply.
+--         {-2, 0, 0}           when this attempt was undone before it arrived (see lib/undone.lua):
+--                              nothing changed, and nobody waits for the reply.
+--         an error RELOCK_...  when the name is in use by another kind (see lib/kinds.lua): a key that is
+--                              no lock, a read-write lock, or, unless the owner holds the lock already, a
+--                              FairLock's waiters, a ReadWriteLock's waiting writers or an Election.
+--                              Nothing changed.
 -- @include lib/hold.lua
 -- @include lib/undone.lua
+-- @include lib/kinds.lua
 
 if undone(KEYS[2], ARGV[2], ARGV[3]) then
   return {-2, 0, 0}
 end
 
-local ttl = tonumber(ARGV[1])
-if redis.call('exists', KEYS[1]) == 0 then
-  return first_hold(KEYS[1], ARGV[2], ttl, KEYS[3])
+local t = key_type(KEYS[1])
+local refused = lock_refusal(KEYS[1], t, false)
+if refused then
+  return refused
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  return reenter(KEYS[1], ARGV[2], ttl, KEYS[3])
+local ttl = tonumber(ARGV[1])
+if t == 'hash' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  return reenter(KEYS[1], ARGV[2], ttl, KEYS[6])
+end
+if redis.call('exists', KEYS[3], KEYS[4], KEYS[5]) > 0 then
+  return refusal('WRONGKIND', other_kind(KEYS[3], 'fairlock', KEYS[4], 'rwlock', KEYS[5], 'election'), t)
+end
+if t == 'none' then
+  return first_hold(KEYS[1], ARGV[2], ttl, KEYS[6])
 end
 return {0, redis.call('pttl', KEYS[1]), 0}

@@ -8,7 +8,14 @@
 -- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
 -- Returns 1 when a lock was deleted, 0 when there was none (nothing is published then). The fencing token
--- counter is kept: tokens go on increasing.
+-- counter is kept: tokens go on increasing. A key that is no reentrant lock's is not deleted: an error
+-- RELOCK_... says what it is (see lib/kinds.lua).
+-- @include lib/kinds.lua
+
+local refused = held_refusal(KEYS[1], false)
+if refused then
+  return refused
+end
 if redis.call('del', KEYS[1]) == 1 then
   redis.call('del', KEYS[3], KEYS[4])
   redis.call(ARGV[2], KEYS[2], ARGV[1])

@@ -18,9 +18,15 @@
 --
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
 --         the owner's remaining hold count otherwise (for a repeated request, the current count, unchanged);
---         0 means the lock was deleted and ARGV[2] published.
+--         0 means the lock was deleted and ARGV[2] published;
+--         an error RELOCK_... when the key is no reentrant lock's (see lib/kinds.lua): nothing changed.
 -- @include lib/release.lua
+-- @include lib/kinds.lua
 
+local refused = held_refusal(KEYS[1], false)
+if refused then
+  return refused
+end
 local left = release_hold(KEYS[1], KEYS[3], KEYS[4], ARGV[1], ARGV[3], ARGV[4])
 if left ~= 0 then
   return left

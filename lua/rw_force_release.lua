@@ -9,7 +9,14 @@
 -- ARGV[2]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 -- ARGV[3]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
 --
--- Returns 1 when a lock was deleted, 0 when there was none.
+-- Returns 1 when a lock was deleted, 0 when there was none. A key that is no read-write lock's is not
+-- deleted: an error RELOCK_... says what it is (see lib/kinds.lua).
+-- @include lib/kinds.lua
+
+local refused = held_refusal(KEYS[1], true)
+if refused then
+  return refused
+end
 if redis.call('exists', KEYS[1]) == 0 then
   return 0
 end

@@ -7,6 +7,9 @@
 -- KEYS[2]  the waiting writers that asked for priority, relock_rwlock_writers:{<name>}: a sorted set of
 --          owners scored with the time (ms, Redis's clock) until which each counts as alive
 -- KEYS[3]  the undone attempts' marks, relock_undone:{<name>} (see lib/undone.lua)
+-- KEYS[4]  a FairLock's queue, redisson_lock_queue:{<name>}, read only: its waiters make the name a FairLock's
+-- KEYS[5]  an Election's stream of leaders, relock_election:{<name>}, read only: it makes the name an
+--          Election's
 -- ARGV[1]  how long the hold lives, in milliseconds
 -- ARGV[2]  the owner field (the reader's field)
 -- ARGV[3]  the same owner's writer field, "<owner>:write": a writer may take the read lock (downgrade)
@@ -19,14 +22,26 @@
 --                           unless notified: the lock's remaining time to live when a writer holds it
 --                           (-1: no expiry), or the time until the first live priority writer's entry
 --                           expires when it yields to waiting writers.
---         {-2, 0, 0}             when this attempt was undone before it arrived (see lib/undone.lua):
---                                nothing changed, and nobody waits for the reply.
+--         {-2, 0, 0}        when this attempt was undone before it arrived (see lib/undone.lua):
+--                           nothing changed, and nobody waits for the reply.
+--         an error RELOCK_... when the name is in use by another kind (see lib/kinds.lua): a key that is
+--                           no lock, a reentrant lock's hash, or, while the lock's key is absent, a
+--                           FairLock's waiters or an Election. Nothing changed.
 -- @include lib/clock.lua
 -- @include lib/hold.lua
 -- @include lib/undone.lua
+-- @include lib/kinds.lua
 
 if undone(KEYS[3], ARGV[2], ARGV[5]) then
   return {-2, 0, 0}
+end
+local t = key_type(KEYS[1])
+local refused = lock_refusal(KEYS[1], t, true, KEYS[5], 'election', KEYS[4], 'fairlock')
+if refused then
+  return refused
+end
+if t == 'none' and redis.call('exists', KEYS[4], KEYS[5]) > 0 then
+  return refusal('WRONGKIND', other_kind(KEYS[5], 'election', KEYS[4], 'fairlock'), t)
 end
 
 local ttl = tonumber(ARGV[1])

@@ -15,11 +15,17 @@
 --
 -- Returns -1 when the owner holds no read lock (or its count is not ARGV[3]; or every level of its hold
 --         expired, see lib/readers.lua): nothing was changed;
---         the owner's remaining read count otherwise (for a repeated request, the current one).
+--         the owner's remaining read count otherwise (for a repeated request, the current one);
+--         an error RELOCK_... when the key is no read-write lock's (see lib/kinds.lua): nothing changed.
 -- @include lib/release.lua
 -- @include lib/readers.lua
+-- @include lib/kinds.lua
 
-if redis.call('hget', KEYS[1], 'mode') == false then
+local refused = held_refusal(KEYS[1], true)
+if refused then
+  return refused
+end
+if redis.call('hexists', KEYS[1], 'mode') == 0 then
   return -1
 end
 local owner = ARGV[1]

@@ -9,15 +9,25 @@
 --
 -- Returns one integer per hold, in order: renewing, 1 when every level of the owner's read hold was still
 -- there and now lives at least the watchdog timeout, 0 when the hold is gone or a level of it expired
--- (lost); checking, 1 when a level of the hold is still there (see rw_read_count.lua), 0 otherwise.
+-- (lost); checking, 1 when a level of the hold is still there (see lock_read.lua), 0 otherwise. A key that
+-- is no read-write lock's holds no reader (see lib/kinds.lua): 2 for a reentrant lock's hash, 3 for a key
+-- that is no lock; the other holds go on.
 -- @include lib/readers.lua
 
 local ttl = tonumber(ARGV[1])
 local renewed = {}
 for i = 1, #KEYS do
   local owner = ARGV[2 * i]
-  local n = tonumber(redis.call('hget', KEYS[i], owner))
+  local n = nil
   local ok = 0
+  local t = redis.call('type', KEYS[i])['ok']
+  if t == 'hash' and redis.call('hexists', KEYS[i], 'mode') == 1 then
+    n = tonumber(redis.call('hget', KEYS[i], owner))
+  elseif t == 'hash' then
+    ok = 2
+  elseif t ~= 'none' then
+    ok = 3
+  end
   if n and n > 0 and ttl == 0 then
     if read_hold_alive(ARGV[2 * i + 1], owner, n) then
       ok = 1

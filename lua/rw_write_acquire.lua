@@ -3,7 +3,9 @@
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the waiting writers that asked for priority (see rw_read_acquire.lua)
 -- KEYS[3]  the undone attempts' marks, relock_undone:{<name>} (see lib/undone.lua)
--- KEYS[4]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
+-- KEYS[4]  a FairLock's queue, redisson_lock_queue:{<name>}, read only (see rw_read_acquire.lua)
+-- KEYS[5]  an Election's stream of leaders, relock_election:{<name>}, read only (see rw_read_acquire.lua)
+-- KEYS[6]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
 -- ARGV[1]  how long the hold lives, in milliseconds
 -- ARGV[2]  the owner's writer field, "<owner>:write"
 -- ARGV[3]  the owner's reader field, "<owner>"
@@ -18,13 +20,24 @@
 --                                forever (an upgrade), so the caller fails at once.
 --         {-2, 0, 0}             when this attempt was undone before it arrived (see lib/undone.lua):
 --                                nothing changed, and nobody waits for the reply.
+--         an error RELOCK_...    when the name is in use by another kind (see rw_read_acquire.lua).
+--                                Nothing changed.
 -- @include lib/clock.lua
 -- @include lib/readers.lua
 -- @include lib/hold.lua
 -- @include lib/undone.lua
+-- @include lib/kinds.lua
 
 if undone(KEYS[3], ARGV[2], ARGV[7]) then
   return {-2, 0, 0}
+end
+local t = key_type(KEYS[1])
+local refused = lock_refusal(KEYS[1], t, true, KEYS[5], 'election', KEYS[4], 'fairlock')
+if refused then
+  return refused
+end
+if t == 'none' and redis.call('exists', KEYS[4], KEYS[5]) > 0 then
+  return refusal('WRONGKIND', other_kind(KEYS[5], 'election', KEYS[4], 'fairlock'), t)
 end
 
 local ttl = tonumber(ARGV[1])
@@ -56,10 +69,10 @@ end
 if not mode then
   redis.call('hset', KEYS[1], 'mode', 'write')
   redis.call('zrem', KEYS[2], writer)
-  return first_hold(KEYS[1], writer, ttl, KEYS[4])
+  return first_hold(KEYS[1], writer, ttl, KEYS[6])
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
-  return reenter(KEYS[1], writer, ttl, KEYS[4])
+  return reenter(KEYS[1], writer, ttl, KEYS[6])
 end
 if ARGV[4] ~= '' and ARGV[5] == '1' then
   local now = now_ms()

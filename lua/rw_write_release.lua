@@ -12,9 +12,15 @@
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 --
 -- Returns -1 when the owner does not hold the write lock (or its count is not ARGV[3]): nothing changed;
---         the owner's remaining write count otherwise (for a repeated request, the current one).
+--         the owner's remaining write count otherwise (for a repeated request, the current one);
+--         an error RELOCK_... when the key is no read-write lock's (see lib/kinds.lua): nothing changed.
 -- @include lib/release.lua
+-- @include lib/kinds.lua
 
+local refused = held_refusal(KEYS[1], true)
+if refused then
+  return refused
+end
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' then
   return -1
 end

@@ -11,7 +11,11 @@
 -- Returns 1 when the owner has that count: the attempt ran, and the caller releases the level it took (a
 --           release expecting that count);
 --         0 when it does not: the attempt has not run, and the mark left here makes sure it never will.
-local count = redis.call('hget', KEYS[1], ARGV[1])
+--           (A key that is no hash holds no count: the attempt, refused, changed nothing.)
+local count = nil
+if redis.call('type', KEYS[1])['ok'] == 'hash' then
+  count = redis.call('hget', KEYS[1], ARGV[1])
+end
 if count == ARGV[2] then
   return 1
 end

@@ -285,3 +285,34 @@ func TestStartClose(t *testing.T) {
 	}()
 	srv.Client(nil)
 }
+
+// The in-process server runs relock's scripts as Redis does: a name in use by another kind is refused
+// with the same typed errors, and nothing is changed.
+func TestKindsAreRefusedAsOnRedis(t *testing.T) {
+	t.Parallel()
+	c, srv := relocktest.NewClient(t, nil)
+	other := srv.Client(nil)
+	ctx := ctxTimeout(t, 10*time.Second)
+	if err := c.Lock("job").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ke *relock.KindError
+	if ok, err := other.ReadWriteLock("job").WriteLock().TryLock(ctx, 0, 0); ok || !errors.As(err, &ke) || ke.Found != relock.KindRLock {
+		t.Fatalf("WriteLock.TryLock on a Lock's name = %v, %v; want a KindError finding an rlock", ok, err)
+	}
+	if _, err := other.Semaphore("job").TrySetPermits(ctx, 1); !errors.Is(err, relock.ErrNotASemaphore) {
+		t.Fatalf("Semaphore.TrySetPermits on a Lock's name = %v, want ErrNotASemaphore", err)
+	}
+	if _, err := other.CountDownLatch("batch").TrySetCount(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Lock("batch").ForceUnlock(ctx); !errors.Is(err, relock.ErrNotALock) || !errors.Is(err, relock.ErrWrongKind) {
+		t.Fatalf("Lock.ForceUnlock on a latch's name = %v, want ErrNotALock", err)
+	}
+	if n, err := other.CountDownLatch("batch").Count(ctx); n != 2 || err != nil {
+		t.Fatalf("the latch after a refused ForceUnlock: %d, %v", n, err)
+	}
+	if st := srv.Inspect("job"); st.Kind != relock.KindRLock || len(st.Holders) != 1 {
+		t.Fatalf("the Lock after the refusals: %+v", st)
+	}
+}

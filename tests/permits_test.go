@@ -240,7 +240,7 @@ func permitsBack(c *relock.Client, rdb rueidis.Client, name string, limit int64,
 			cancel()
 			return false, state
 		}
-		if p, err := c.PermitSemaphore(name).TryAcquire(ctx, 0, 0); err == nil && p != nil {
+		if p, ok, err := c.PermitSemaphore(name).TryAcquire(ctx, 0, 0); err == nil && ok {
 			_ = p.Release(ctx)
 		}
 		cancel()

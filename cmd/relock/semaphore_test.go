@@ -90,8 +90,11 @@ func semaphoresOn(t *testing.T, addrs []string, prefix string) {
 	must(err)
 	watched, err := jobs.Acquire(ctx)
 	must(err)
-	leased, err := jobs.TryAcquire(ctx, 0, time.Minute)
+	leased, ok, err := jobs.TryAcquire(ctx, 0, time.Minute)
 	must(err)
+	if !ok {
+		t.Fatal("TryAcquire(0, a minute) took no permit of a semaphore that has one")
+	}
 	dead := "dead-permit-id16"
 	must(raw.Do(ctx, raw.B().Decrby().Key(prefix+"jobs").Decrement(1).Build()).Error())
 	must(raw.Do(ctx, raw.B().Zadd().Key("{"+prefix+"jobs}:timeout").ScoreMember().ScoreMember(1000, dead).Build()).Error())

@@ -142,8 +142,8 @@ func permitLoss(t *testing.T, d *Deployment) {
 		t.Fatalf("the permit in Redis: %q, %v", taken, err)
 	}
 	testutil.Do(t, d.Raw(t), "ZADD", permitsKey(name), "1", taken[0]) // expired long ago
-	q, err := b.PermitSemaphore(name).TryAcquire(ctx, 5*time.Second, 0)
-	if err != nil || q == nil {
+	q, ok, err := b.PermitSemaphore(name).TryAcquire(ctx, 5*time.Second, 0)
+	if err != nil || !ok {
 		t.Fatalf("the expired permit was not taken by another Client: %v, %v", q, err)
 	}
 	select {
