@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relock-go/relock/internal/redisaddr"
 )
 
 // DefaultWatchdogTimeout is the time to live of a hold acquired without a lease, when Options leaves
@@ -87,9 +90,9 @@ type Options struct {
 	FairLockWaitTimeout time.Duration
 
 	// Redis is the configuration New starts from when it builds its rueidis client (authentication, TLS,
-	// timeouts, ...). New sets InitAddress from its addrs argument when that is not empty, disables
-	// client-side caching, which relock does not use, and sets ClientName when it is empty (see
-	// ClientNamePrefix). Wrap ignores it.
+	// timeouts, ...). New sets InitAddress (and what a URL says) from its addrs argument when that is not
+	// empty, disables client-side caching, which relock does not use, and sets ClientName when it is empty
+	// (see ClientNamePrefix). Wrap ignores it.
 	Redis rueidis.ClientOption
 
 	// TracerProvider gives the tracer of relock's spans. Nil means the global one (otel.GetTracerProvider),
@@ -170,24 +173,27 @@ func New(addrs []string, opts *Options) (*Client, error) {
 // cluster reads its topology), for no longer than ctx allows nor the dial timeout. When no connection could
 // be made it returns an error matching ErrUnavailable, with the cause (and ctx.Err(), when ctx ended first).
 // ctx bounds only the connection made here: the Client is not tied to it afterwards.
+//
+// Each of addrs is a host:port, or addrs is one redis:// or rediss:// URL (as rueidis.ParseURL reads it:
+// user, password, database, TLS, dial timeout), which takes precedence over what Options.Redis says of the
+// same things (a TLSConfig in Options.Redis is kept). Addresses that are not, or none at all, give an
+// error matching ErrInvalidOptions that says what is wrong.
+
 func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
-	ro := o.Redis
-	if len(addrs) > 0 {
-		ro.InitAddress = addrs
-	}
-	if len(ro.InitAddress) == 0 {
-		return nil, &opError{op: "new", err: ErrInvalidOptions}
+	ro, err := redisOption(addrs, o.Redis)
+	if err != nil {
+		return nil, &opError{op: "new", err: err}
 	}
 	ro.DisableCache = true
 	if _, err := o.validate(); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, &opError{op: "new", err: fmt.Errorf("%w: %w", ErrUnavailable, err)}
+		return nil, &opError{op: "new", err: errorf("%w: %w", ErrUnavailable, err)}
 	}
 	id := uuid.NewString()
 	if ro.ClientName == "" {
@@ -204,8 +210,56 @@ func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, er
 	return c, err
 }
 
+// redisOption returns the rueidis configuration New makes from addrs (see NewContext) and base, what
+// Options.Redis says.
+func redisOption(addrs []string, base rueidis.ClientOption) (rueidis.ClientOption, error) {
+	if len(addrs) == 0 {
+		addrs = base.InitAddress
+		if len(addrs) == 0 {
+			return base, errorf("%w: no Redis address: addrs and Options.Redis.InitAddress are both empty", ErrInvalidOptions)
+		}
+	}
+	parsed, err := redisaddr.Parse(addrs)
+	if err != nil {
+		return base, errorf("%w: %v", ErrInvalidOptions, err)
+	}
+	ro := base
+	ro.InitAddress = parsed.InitAddress
+	if !strings.Contains(addrs[0], "://") {
+		return ro, nil
+	}
+	// What the URL says of the connection.
+	if parsed.Username != "" || parsed.Password != "" {
+		ro.Username, ro.Password = parsed.Username, parsed.Password
+	}
+	if parsed.SelectDB != 0 {
+		ro.SelectDB = parsed.SelectDB
+	}
+	if parsed.TLSConfig != nil && ro.TLSConfig == nil {
+		ro.TLSConfig = parsed.TLSConfig
+	}
+	if parsed.Dialer.Timeout != 0 {
+		ro.Dialer.Timeout = parsed.Dialer.Timeout
+	}
+	if parsed.ConnWriteTimeout != 0 {
+		ro.ConnWriteTimeout = parsed.ConnWriteTimeout
+	}
+	if parsed.DialCtxFn != nil { // unix://
+		ro.DialCtxFn = parsed.DialCtxFn
+	}
+	if parsed.ClientName != "" {
+		ro.ClientName = parsed.ClientName
+	}
+	if parsed.Sentinel.MasterSet != "" {
+		ro.Sentinel.MasterSet = parsed.Sentinel.MasterSet
+	}
+	ro.AlwaysRESP2 = ro.AlwaysRESP2 || parsed.AlwaysRESP2
+	return ro, nil
+}
+
 // Wrap returns a Client that uses rdb, a rueidis client the caller already has. Close stops what relock
 // started (its goroutines and its subscription connection) and leaves rdb open.
+
 func Wrap(rdb rueidis.Client, opts *Options) (*Client, error) {
 	if rdb == nil {
 		return nil, &opError{op: "wrap", err: ErrNilClient}
@@ -239,9 +293,9 @@ func connect(ctx context.Context, ro rueidis.ClientOption) (rueidis.Client, erro
 	case m := <-done:
 		if m.err != nil {
 			if cerr := ctx.Err(); cerr != nil {
-				return nil, fmt.Errorf("%w: %w (%w)", ErrUnavailable, cerr, m.err)
+				return nil, errorf("%w: %w (%w)", ErrUnavailable, cerr, m.err)
 			}
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, m.err)
+			return nil, connectError(m.err)
 		}
 		return m.rdb, nil
 	case <-ctx.Done():
@@ -250,7 +304,7 @@ func connect(ctx context.Context, ro rueidis.ClientOption) (rueidis.Client, erro
 				m.rdb.Close()
 			}
 		}()
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		return nil, errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
 }
 
@@ -269,7 +323,7 @@ func (o Options) validate() (Options, error) {
 	o.WatchdogTimeout = roundUpToMillis(o.WatchdogTimeout)
 	switch {
 	case o.FairLockWaitTimeout < 0:
-		return o, &opError{op: "new", err: ErrInvalidDuration}
+		return o, &opError{op: "new", err: errorf("%w: %w: negative fair lock wait timeout", ErrInvalidOptions, ErrInvalidDuration)}
 	case o.FairLockWaitTimeout == 0:
 		o.FairLockWaitTimeout = defaultFairLockWaitTimeout
 	}

@@ -26,7 +26,7 @@ func (m *composite) init(parts []Lockable, try func(ctx context.Context, op stri
 	m.parts, m.try = make([]*RLock, len(parts)), try
 	names := make([]string, 0, len(parts))
 	if len(parts) == 0 {
-		m.err = ErrInvalidOptions
+		m.err = errorf("%w: no parts", ErrInvalidOptions)
 	}
 	for i, p := range parts {
 		l, ok := p.(*RLock)
@@ -34,7 +34,7 @@ func (m *composite) init(parts []Lockable, try func(ctx context.Context, op stri
 		case p == nil || ok && l == nil:
 			m.err = ErrNilClient
 		case !ok:
-			m.err = ErrInvalidOptions // not one of relock's locks
+			m.err = errorf("%w: part %d is a %T, not one of relock's locks", ErrInvalidOptions, i, p)
 		default:
 			m.parts[i] = l
 			names = append(names, l.Name())

@@ -57,12 +57,18 @@ var (
 	// ErrNotFenced means FencingToken was called on a lock made without WithFencing.
 	ErrNotFenced = errors.New("relock: lock is not fenced")
 
-	// ErrInvalidOptions means the Options given to New or Wrap cannot work (for example, no Redis address,
-	// or a watchdog timeout below MinWatchdogTimeout).
+	// ErrInvalidOptions means a configuration cannot work: the Options or addresses given to New or Wrap
+	// (no Redis address, an address that is neither host:port nor a redis:// or rediss:// URL, a watchdog
+	// timeout below MinWatchdogTimeout), or the parts of a MultiLock or RedLock. The message says what is
+	// wrong.
 	ErrInvalidOptions = errors.New("relock: invalid options")
 
-	// ErrUnavailable means New or NewContext could not connect to Redis (down, unreachable, not answering)
-	// before the dial timeout or the context ended. It wraps the cause.
+	// ErrUnavailable means Redis could not be reached or did not answer, in any operation (New and
+	// NewContext included): the connection could not be made (refused, unreachable, timed out), it broke,
+	// the server stopped answering, or it answered that it cannot serve now (LOADING, MASTERDOWN,
+	// CLUSTERDOWN, TRYAGAIN). It wraps the cause. A call that could not reach Redis changed nothing; one
+	// whose reply was lost is settled as its operation documents (an acquisition is undone, a release
+	// completed, in the background). Trying again later is the remedy.
 	ErrUnavailable = errors.New("relock: redis unavailable")
 )
 
@@ -82,7 +88,7 @@ var (
 	errHoldGone     = fmt.Errorf("%w: the hold is gone from Redis", ErrLockLost)
 	errRenewTimeout = fmt.Errorf("%w: not renewed before it expired", ErrLockLost)
 	errLeaseExpired = fmt.Errorf("%w: its lease ran out", ErrLockLost)
-	errClientClosed = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)
+	errClientClosed = errorf("%w: %w", ErrLockLost, ErrClosed)
 )
 
 // errUnexpectedReply means a script answered in a shape it never produces: the key was changed by
@@ -109,18 +115,73 @@ type opError struct {
 
 func (e *opError) Error() string {
 	var b strings.Builder
-	b.WriteString("relock: ")
+	b.WriteString(errPrefix)
 	b.WriteString(e.op)
 	if e.name != "" {
 		b.WriteByte(' ')
 		b.WriteString(strconv.Quote(e.name))
 	}
 	b.WriteString(": ")
-	b.WriteString(strings.TrimPrefix(e.err.Error(), "relock: "))
+	b.WriteString(trimNested(e.err.Error()))
 	return b.String()
 }
 
 func (e *opError) Unwrap() error { return e.err }
+
+// errPrefix starts the text of every error relock returns, once.
+const errPrefix = "relock: "
+
+// trimNested removes errPrefix from the texts of the errors nested in msg: at its start, and after a
+// space, "(" or a newline (errors.Join), where the text of a wrapped error begins.
+func trimNested(msg string) string {
+	if !strings.Contains(msg, errPrefix) {
+		return msg
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, errPrefix)
+		if i < 0 {
+			break
+		}
+		if i == 0 || msg[i-1] == ' ' || msg[i-1] == '(' || msg[i-1] == '\n' {
+			b.WriteString(msg[:i])
+		} else {
+			b.WriteString(msg[:i+len(errPrefix)])
+		}
+		msg = msg[i+len(errPrefix):]
+	}
+	b.WriteString(msg)
+	return b.String()
+}
+
+// textError is an error with a text of its own, wrapping err.
+type textError struct {
+	msg string
+	err error
+}
+
+func (e *textError) Error() string { return e.msg }
+func (e *textError) Unwrap() error { return e.err }
+
+// errorf is fmt.Errorf, with errPrefix kept only at the start of the text.
+func errorf(format string, a ...any) error {
+	err := fmt.Errorf(format, a...)
+	msg := err.Error()
+	trimmed := trimNested(msg)
+	if strings.HasPrefix(msg, errPrefix) {
+		trimmed = errPrefix + trimmed
+	}
+	return &textError{msg: trimmed, err: err}
+}
+
+// unavailable returns err, a failure to reach Redis or to get its answer, as an error matching
+// ErrUnavailable and err.
+func unavailable(err error) error {
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return errorf("%w: %w", ErrUnavailable, err)
+}
 
 // wrapErrCtx attaches op and name to err, an error of an operation made with ctx, translating rueidis's
 // closing error into ErrClosed. Once ctx has ended, the error matches ctx's error (errors.Is), whatever
@@ -133,6 +194,9 @@ func wrapErrCtx(ctx context.Context, op, name string, err error) error {
 	if errors.Is(err, rueidis.ErrClosing) {
 		err = ErrClosed
 	}
+	if rerr, ok := redisReply(err); ok && transientReply(rerr) {
+		err = unavailable(err)
+	}
 	cerr := ctx.Err()
 	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
 		cerr = context.DeadlineExceeded
@@ -143,14 +207,44 @@ func wrapErrCtx(ctx context.Context, op, name string, err error) error {
 	return &opError{op: op, name: name, err: err}
 }
 
+// connectError classifies the failure of rueidis.NewClient: a configuration rueidis refuses matches
+// ErrInvalidOptions; a reply of Redis (WRONGPASS, NOPERM...) is returned as it is; anything else means
+// Redis could not be reached (ErrUnavailable).
+func connectError(err error) error {
+	if _, ok := redisReply(err); ok {
+		return err
+	}
+	for _, e := range []error{rueidis.ErrNoCache, rueidis.ErrReplicaOnlyNotSupported, rueidis.ErrNoSendToReplicas, rueidis.ErrWrongPipelineMultiplex} {
+		if errors.Is(err, e) {
+			return errorf("%w: %w", ErrInvalidOptions, err)
+		}
+	}
+	if strings.Contains(err.Error(), "cannot be used together") { // rueidis.NewClient's conflicting options
+		return errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	return unavailable(err)
+}
+
+// redisReply returns the error reply of Redis that err is, or wraps.
+func redisReply(err error) (*rueidis.RedisError, bool) {
+	var rerr *rueidis.RedisError
+	return rerr, errors.As(err, &rerr)
+}
+
+// transientReply reports whether rerr is Redis saying it cannot serve now, without running the command:
+// a cluster failing over or down, a server loading its data, a replica without its master.
+func transientReply(rerr *rueidis.RedisError) bool {
+	return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(rerr.Error(), "MASTERDOWN")
+}
+
 // outcomeUnknown reports whether a failed command may nevertheless have run on the server: the request
 // may have been written before the connection broke or the context ended. A reply from Redis (even an
 // error reply) is a definite outcome.
 func outcomeUnknown(err error) bool {
-	if err == nil || rueidis.IsRedisNil(err) {
+	if err == nil {
 		return false
 	}
-	if _, ok := rueidis.IsRedisErr(err); ok {
+	if _, ok := redisReply(err); ok {
 		return false
 	}
 	// relock's own errors are definite: read from a reply (ErrUpgrade, errUnexpectedReply), or given
@@ -162,8 +256,8 @@ func outcomeUnknown(err error) bool {
 // transient reports whether err may well go away by itself soon: the connection broke or could not be
 // made, or a cluster is failing over or a server loading its data.
 func transient(err error) bool {
-	if rerr, ok := rueidis.IsRedisErr(err); ok {
-		return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(rerr.Error(), "MASTERDOWN")
+	if rerr, ok := redisReply(err); ok {
+		return transientReply(rerr)
 	}
 	return outcomeUnknown(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
 		!errors.Is(err, errReplyLost)

@@ -81,12 +81,14 @@ var (
 )
 
 // run is the one path every script takes to Redis: each call is a single round trip (EVALSHA; EVAL only
-// after NOSCRIPT). Scripts are never retried on a network error, because none of them is idempotent.
+// after NOSCRIPT). Scripts are never retried on a network error, because none of them is idempotent. Its
+// failures are classified (see classify): a failure to reach Redis or to get its answer matches
+// ErrUnavailable.
 func (c *Client) run(ctx context.Context, s *script, keys, args []string) rueidis.RedisResult {
 	if !c.guard.needed(ctx) {
-		return c.guard.observe(ctx, s.lua.Exec(ctx, c.rdb, keys, args))
+		return c.classify(ctx, s.lua.Exec(ctx, c.rdb, keys, args))
 	}
-	return withinDeadline(ctx, func() rueidis.RedisResult { return c.guard.observe(ctx, s.lua.Exec(ctx, c.rdb, keys, args)) }, rueidis.NewErrorResult)
+	return withinDeadline(ctx, func() rueidis.RedisResult { return c.classify(ctx, s.lua.Exec(ctx, c.rdb, keys, args)) }, rueidis.NewErrorResult)
 }
 
 // runner runs scripts whose replies are integers: the seam between rueidis and the state machines that
@@ -150,7 +152,7 @@ func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]in
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b.replies[i], b.errs[i] = r.c.guard.observe(ctx, call.script.lua.Exec(ctx, r.c.rdb, call.keys, call.args)).AsIntSlice()
+				b.replies[i], b.errs[i] = r.c.classify(ctx, call.script.lua.Exec(ctx, r.c.rdb, call.keys, call.args)).AsIntSlice()
 			}()
 		}
 		wg.Wait()
@@ -180,7 +182,7 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 			resps = c.rdb.DoMulti(ctx, c.rdb.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
 		}
 		for i := range resps {
-			resps[i] = c.guard.observe(ctx, resps[i])
+			resps[i] = c.classify(ctx, resps[i])
 		}
 		return resps
 	}
@@ -205,9 +207,9 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 // do runs one plain command, under the same deadline guarantee as run.
 func (c *Client) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	if !c.guard.needed(ctx) {
-		return c.guard.observe(ctx, c.rdb.Do(ctx, cmd))
+		return c.classify(ctx, c.rdb.Do(ctx, cmd))
 	}
-	return withinDeadline(ctx, func() rueidis.RedisResult { return c.guard.observe(ctx, c.rdb.Do(ctx, cmd)) }, rueidis.NewErrorResult)
+	return withinDeadline(ctx, func() rueidis.RedisResult { return c.classify(ctx, c.rdb.Do(ctx, cmd)) }, rueidis.NewErrorResult)
 }
 
 // callGuard decides how a call whose context can end is made. rueidis honours a call's ctx while it
@@ -233,22 +235,26 @@ func (g *callGuard) needed(ctx context.Context) bool {
 	return ctx.Done() != nil && time.Now().UnixNano() < g.until.Load()
 }
 
-// observe notes a result of a call made with ctx that may mean a connection broke, and returns it. A
-// context's error that ctx does not explain is another call's (see errInterrupted): it is returned as
-// errInterrupted, and noted as the broken connection it is.
-func (g *callGuard) observe(ctx context.Context, r rueidis.RedisResult) rueidis.RedisResult {
+// broke notes that a connection broke, or could not be made.
+func (g *callGuard) broke() { g.until.Store(time.Now().Add(g.window).UnixNano()) }
+
+// classify returns r, its failure turned into relock's (see errors.go), and notes a broken connection in
+// the guard. A failure that is not Redis's reply nor the end of ctx is Redis unreachable or not answering:
+// it matches ErrUnavailable. A context's error that ctx does not explain is another call's (see
+// errInterrupted); it does not match a context's error: the caller's context has not ended.
+func (c *Client) classify(ctx context.Context, r rueidis.RedisResult) rueidis.RedisResult {
 	err := r.NonRedisError()
-	if err == nil {
+	if err == nil || errors.Is(err, rueidis.ErrClosing) {
 		return r
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		if ownEnd(ctx, err) {
 			return r
 		}
-		r = rueidis.NewErrorResult(fmt.Errorf("%w (%v)", errInterrupted, err))
+		err = fmt.Errorf("%w (%v)", errInterrupted, err)
 	}
-	g.until.Store(time.Now().Add(g.window).UnixNano())
-	return r
+	c.guard.broke()
+	return rueidis.NewErrorResult(unavailable(err))
 }
 
 // ownEnd reports whether err, a context's error, is ctx's own: ctx has ended, or err is a deadline's and

@@ -1,0 +1,311 @@
+package relock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+// call is one operation of the API that asks Redis.
+type call struct {
+	name string
+	fn   func(ctx context.Context) error
+}
+
+// everyCall returns every operation of c that asks Redis, each on a name of its own (prefix + a suffix).
+func everyCall(c *relock.Client, prefix string) []call {
+	l := c.Lock(prefix + "lock")
+	fair := c.FairLock(prefix + "fair")
+	rw := c.ReadWriteLock(prefix + "rw")
+	sem := c.Semaphore(prefix + "sem")
+	psem := c.PermitSemaphore(prefix + "psem")
+	latch := c.CountDownLatch(prefix + "latch")
+	el := c.Election(prefix + "election")
+	multi := relock.NewMultiLock(c.Lock(prefix+"m1"), c.Lock(prefix+"m2"))
+	red := relock.NewRedLock([]relock.Lockable{c.Lock(prefix + "r"), c.Lock(prefix + "r"), c.Lock(prefix + "r")}, nil)
+	return []call{
+		{"RLock.Lock", l.Lock},
+		{"RLock.LockWithLease", func(ctx context.Context) error { return l.LockWithLease(ctx, time.Minute) }},
+		{"RLock.TryLock", func(ctx context.Context) error { _, err := l.TryLock(ctx, 0, 0); return err }},
+		{"RLock.TryLock(wait)", func(ctx context.Context) error { _, err := l.TryLock(ctx, time.Minute, 0); return err }},
+		{"RLock.Unlock", l.Unlock},
+		{"RLock.ForceUnlock", func(ctx context.Context) error { _, err := l.ForceUnlock(ctx); return err }},
+		{"RLock.IsLocked", func(ctx context.Context) error { _, err := l.IsLocked(ctx); return err }},
+		{"RLock.IsHeld", func(ctx context.Context) error { _, err := l.IsHeld(ctx); return err }},
+		{"RLock.HoldCount", func(ctx context.Context) error { _, err := l.HoldCount(ctx); return err }},
+		{"RLock.RemainingTTL", func(ctx context.Context) error { _, err := l.RemainingTTL(ctx); return err }},
+		{"FairLock.Lock", fair.Lock},
+		{"FairLock.IsLocked", func(ctx context.Context) error { _, err := fair.IsLocked(ctx); return err }},
+		{"FairLock.HoldCount", func(ctx context.Context) error { _, err := fair.HoldCount(ctx); return err }},
+		{"ReadLock.Lock", rw.ReadLock().Lock},
+		{"ReadLock.IsLocked", func(ctx context.Context) error { _, err := rw.ReadLock().IsLocked(ctx); return err }},
+		{"ReadLock.HoldCount", func(ctx context.Context) error { _, err := rw.ReadLock().HoldCount(ctx); return err }},
+		{"WriteLock.Lock", rw.WriteLock().Lock},
+		{"WriteLock.IsLocked", func(ctx context.Context) error { _, err := rw.WriteLock().IsLocked(ctx); return err }},
+		{"WriteLock.RemainingTTL", func(ctx context.Context) error { _, err := rw.WriteLock().RemainingTTL(ctx); return err }},
+		{"Semaphore.TrySetPermits", func(ctx context.Context) error { _, err := sem.TrySetPermits(ctx, 1); return err }},
+		{"Semaphore.AddPermits", func(ctx context.Context) error { return sem.AddPermits(ctx, 1) }},
+		{"Semaphore.Acquire", func(ctx context.Context) error { return sem.Acquire(ctx, 1) }},
+		{"Semaphore.Release", func(ctx context.Context) error { return sem.Release(ctx, 1) }},
+		{"Semaphore.DrainPermits", func(ctx context.Context) error { _, err := sem.DrainPermits(ctx); return err }},
+		{"Semaphore.AvailablePermits", func(ctx context.Context) error { _, err := sem.AvailablePermits(ctx); return err }},
+		{"PermitSemaphore.TrySetPermits", func(ctx context.Context) error { _, err := psem.TrySetPermits(ctx, 1); return err }},
+		{"PermitSemaphore.AddPermits", func(ctx context.Context) error { return psem.AddPermits(ctx, 1) }},
+		{"PermitSemaphore.Acquire", func(ctx context.Context) error { _, err := psem.Acquire(ctx); return err }},
+		{"PermitSemaphore.AvailablePermits", func(ctx context.Context) error { _, err := psem.AvailablePermits(ctx); return err }},
+		{"CountDownLatch.TrySetCount", func(ctx context.Context) error { _, err := latch.TrySetCount(ctx, 1); return err }},
+		{"CountDownLatch.CountDown", latch.CountDown},
+		{"CountDownLatch.Count", func(ctx context.Context) error { _, err := latch.Count(ctx); return err }},
+		{"CountDownLatch.Await", latch.Await},
+		{"Election.Campaign", func(ctx context.Context) error { _, err := el.Campaign(ctx, "v"); return err }},
+		{"Election.Leader", func(ctx context.Context) error { _, err := el.Leader(ctx); return err }},
+		{"Election.Resign", el.Resign},
+		{"Election.Observe", func(ctx context.Context) error { _, err := el.Observe(ctx); return err }},
+		{"Client.Inspect", func(ctx context.Context) error { _, err := c.Inspect(ctx, prefix+"lock"); return err }},
+		{"Client.InspectSemaphore", func(ctx context.Context) error { _, err := c.InspectSemaphore(ctx, prefix+"sem"); return err }},
+		{"MultiLock.Lock", multi.Lock},
+		{"MultiLock.TryLock", func(ctx context.Context) error { _, err := multi.TryLock(ctx, 0, 0); return err }},
+		{"MultiLock.Unlock", multi.Unlock},
+		{"RedLock.Lock", red.Lock},
+		{"RedLock.TryLock", func(ctx context.Context) error { _, err := red.TryLock(ctx, 0, 0); return err }},
+		{"RedLock.Unlock", red.Unlock},
+	}
+}
+
+// result is what one call returned, and how long it took.
+type result struct {
+	call
+	err  error
+	took time.Duration
+	done bool // returned within the test's bound
+}
+
+// runAll runs every call at once, each with ctx on a goroutine of its own (its owner), and returns their
+// results, waiting for each up to bound.
+func runAll(ctx context.Context, calls []call, bound time.Duration) []result {
+	results := make([]result, len(calls))
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(bound)
+	for i, cl := range calls {
+		wg.Add(1)
+		got := make(chan result, 1)
+		go func() {
+			start := time.Now()
+			err := cl.fn(ctx)
+			got <- result{call: cl, err: err, took: time.Since(start), done: true}
+		}()
+		go func() {
+			defer wg.Done()
+			select {
+			case r := <-got:
+				results[i] = r
+			case <-time.After(time.Until(deadline)):
+				results[i] = result{call: cl, took: bound}
+			}
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+// waitRefused waits until c's calls meet a refused connection (the connections it had are gone), asking
+// with a script run (Inspect), which rueidis never retries.
+func waitRefused(t *testing.T, c *relock.Client) {
+	t.Helper()
+	eventually(t, 10*time.Second, "calls meet a refused connection", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := c.Inspect(ctx, "probe")
+		return errors.Is(err, syscall.ECONNREFUSED)
+	})
+}
+
+// startSleep makes srv sleep for d (DEBUG SLEEP), from a connection of its own, and returns once the
+// sleep has begun; the returned channel is closed when it is over.
+func startSleep(t *testing.T, srv *redistest.Server, d time.Duration) <-chan struct{} {
+	t.Helper()
+	rdb, probe := rawClient(t, srv), rawClient(t, srv)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = rdb.Do(context.Background(), rdb.B().Arbitrary("DEBUG", "SLEEP").Args(fmt.Sprintf("%.3f", d.Seconds())).Build()).Error()
+	}()
+	eventually(t, 5*time.Second, "the server sleeps", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		return probe.Do(ctx, probe.B().Ping().Build()).Error() != nil
+	})
+	return done
+}
+
+// oneConnection makes a Client's rueidis client use one connection for its pipelined calls (rueidis
+// spreads a single server's calls over two by default, at random), so that two calls surely share it.
+func oneConnection() *relock.Options {
+	opts := &relock.Options{}
+	opts.Redis.ForceSingleClient = true
+	opts.Redis.PipelineMultiplex = -1
+	return opts
+}
+
+func receiveWithin(ch <-chan error, d time.Duration) error {
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("no answer within %v", d)
+	}
+}
+
+// Configuration mistakes are ErrInvalidOptions with a message that says what is wrong; redis:// and
+// rediss:// URLs are accepted.
+func TestNewAddresses(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		addrs []string
+		says  string
+	}{
+		{[]string{}, "no Redis address"},
+		{nil, "no Redis address"},
+		{[]string{"127.0.0.1"}, "missing port"},
+		{[]string{"127.0.0.1:"}, "missing port"},
+		{[]string{srv.Addr(), "redis://" + srv.Addr()}, "the only address"},
+		{[]string{"redis://" + srv.Addr() + "/x"}, "invalid database"},
+		{[]string{"http://" + srv.Addr()}, "invalid URL scheme"},
+	} {
+		c, err := relock.New(tc.addrs, nil)
+		if c != nil {
+			c.Close()
+		}
+		if !errors.Is(err, relock.ErrInvalidOptions) || errors.Is(err, relock.ErrUnavailable) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("New(%q) = %v, want ErrInvalidOptions saying %q", tc.addrs, err, tc.says)
+		}
+	}
+	if _, err := relock.New([]string{"redis://:secret@" + srv.Addr() + "/x"}, nil); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("New with a bad URL: %v, want an error that does not show the password", err)
+	}
+	c, err := relock.New([]string{"redis://" + srv.Addr() + "/3"}, nil)
+	if err != nil {
+		t.Fatalf("New with a redis:// URL: %v", err)
+	}
+	defer c.Close()
+	ctx := ctxTimeout(t, 10*time.Second)
+	if err := c.Lock("url").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, SelectDB: 3, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	if n, _ := do(t, rdb, "EXISTS", "url").AsInt64(); n != 1 {
+		t.Error("the lock is not in the URL's database")
+	}
+	if n, _ := do(t, rawClient(t, srv), "EXISTS", "url").AsInt64(); n != 0 {
+		t.Error("the lock is in database 0")
+	}
+
+	_, addr, cfg := startTLS(t)
+	tc, err := relock.New([]string{"rediss://" + addr}, &relock.Options{Redis: rueidis.ClientOption{TLSConfig: cfg}})
+	if err != nil {
+		t.Fatalf("New with a rediss:// URL: %v", err)
+	}
+	defer tc.Close()
+	if _, err := tc.Lock("tls-url").IsLocked(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relock.New([]string{"rediss://" + addr}, nil); err == nil {
+		t.Error("New with a rediss:// URL accepted a certificate it cannot verify")
+	}
+}
+
+// Messages carry relock's prefix once, whatever they wrap: outages, ended contexts, composites' parts,
+// invalid options, lost holds.
+func TestErrorMessagesHaveOnePrefix(t *testing.T) {
+	t.Parallel()
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	// Lost holds' causes.
+	l := c.Lock("prefix")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := l.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, cl := range everyCall(c, "ended:") {
+		add(cl.fn(ended))
+	}
+	add(c.Lock("prefix2").Unlock(ended))
+	_, err = relock.New(nil, nil)
+	add(err)
+	_, err = relock.New([]string{"x"}, &relock.Options{WatchdogTimeout: time.Millisecond})
+	add(err)
+	_, err = relock.New([]string{srv.Addr()}, &relock.Options{FairLockWaitTimeout: -1})
+	add(err)
+	add(relock.NewMultiLock().Lock(ctx))
+	add(relock.NewRedLock(nil, nil).Lock(ctx))
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-hold.Done()
+	if cause := context.Cause(hold); !errors.Is(cause, relock.ErrClosed) {
+		t.Fatalf("the hold's cause after Close: %v", cause)
+	} else {
+		add(cause)
+	}
+	add(l.Lock(ctx))
+
+	d := newClient(t, srv, nil)
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitRefused(t, d)
+	for _, r := range runAll(ctxTimeout(t, 2*time.Second), everyCall(d, "down:"), 10*time.Second) {
+		add(r.err)
+	}
+	deadline, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer stop()
+	for _, r := range everyCall(d, "deadline:") {
+		add(r.fn(deadline))
+	}
+	if len(errs) < 80 {
+		t.Fatalf("only %d errors rendered", len(errs))
+	}
+	seen := map[string]bool{}
+	for _, err := range errs {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			if n := strings.Count(line, "relock:"); n > 1 && !seen[line] {
+				seen[line] = true
+				t.Errorf("%q: relock: %d times", line, n)
+			}
+		}
+	}
+	var sample []string
+	for _, err := range errs[:5] {
+		sample = append(sample, err.Error())
+	}
+	sort.Strings(sample)
+	t.Logf("e.g. %q", sample)
+}
