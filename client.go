@@ -91,8 +91,13 @@ type Options struct {
 
 	// Redis is the configuration New starts from when it builds its rueidis client (authentication, TLS,
 	// timeouts, ...). New sets InitAddress (and what a URL says) from its addrs argument when that is not
-	// empty, disables client-side caching, which relock does not use, and sets ClientName when it is empty
-	// (see ClientNamePrefix). Wrap ignores it.
+	// empty, disables client-side caching, which relock does not use, and retries (DisableRetry; see
+	// NewContext), and sets ClientName when it is empty (see ClientNamePrefix). Wrap ignores it.
+	//
+	// Its timeouts bound the calls made without a deadline while Redis is unreachable: a call fails as
+	// soon as its connection is refused, or after Dialer.Timeout (5 s by default) when the dial gets no
+	// answer; on a connection whose server stops answering, after about ConnWriteTimeout plus twice
+	// Dialer.KeepAlive (12 s by default), when rueidis gives the connection up.
 	Redis rueidis.ClientOption
 
 	// TracerProvider gives the tracer of relock's spans. Nil means the global one (otel.GetTracerProvider),
@@ -178,7 +183,9 @@ func New(addrs []string, opts *Options) (*Client, error) {
 // user, password, database, TLS, dial timeout), which takes precedence over what Options.Redis says of the
 // same things (a TLSConfig in Options.Redis is kept). Addresses that are not, or none at all, give an
 // error matching ErrInvalidOptions that says what is wrong.
-
+//
+// New's rueidis client does not retry reads (ClientOption.DisableRetry), so that a read fails as soon as
+// Redis cannot be reached, as every other call does, whatever Options.Redis says.
 func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, error) {
 	var o Options
 	if opts != nil {
@@ -189,6 +196,7 @@ func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, er
 		return nil, &opError{op: "new", err: err}
 	}
 	ro.DisableCache = true
+	ro.DisableRetry = true
 	if _, err := o.validate(); err != nil {
 		return nil, err
 	}
@@ -259,7 +267,12 @@ func redisOption(addrs []string, base rueidis.ClientOption) (rueidis.ClientOptio
 
 // Wrap returns a Client that uses rdb, a rueidis client the caller already has. Close stops what relock
 // started (its goroutines and its subscription connection) and leaves rdb open.
-
+//
+// One of rdb's options matters while Redis is down; New sets it (see NewContext), Wrap cannot:
+// DisableRetry. Without it, rueidis retries a read-only command until its context ends while Redis is
+// unreachable. relock's reads (IsLocked, RemainingTTL, HoldCount, AvailablePermits, Count...) made on rdb
+// then give up after 10 s when their context allows longer, with an error matching ErrUnavailable, where
+// New's fail at once.
 func Wrap(rdb rueidis.Client, opts *Options) (*Client, error) {
 	if rdb == nil {
 		return nil, &opError{op: "wrap", err: ErrNilClient}

@@ -131,6 +131,92 @@ func waitRefused(t *testing.T, c *relock.Client) {
 	})
 }
 
+// With Redis down, every operation (reads included) made with a context without deadline returns at once
+// with an error matching ErrUnavailable that wraps the cause (connection refused). rueidis retries
+// read-only commands until their context ends: IsLocked, RemainingTTL, HoldCount, AvailablePermits and
+// Count were still blocked after 8 s (one IsLocked after 110 s). New's client does not retry.
+func TestEveryCallFailsFastWhileRedisIsDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, &relock.Options{WatchdogTimeout: 5 * time.Second})
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitRefused(t, c)
+	const bound = 3 * time.Second // measured: a few milliseconds each
+	for _, r := range runAll(context.Background(), everyCall(c, "down:"), bound) {
+		switch {
+		case !r.done:
+			t.Errorf("%s with context.Background() on a dead server: still blocked after %v", r.name, bound)
+		case !errors.Is(r.err, relock.ErrUnavailable) || !errors.Is(r.err, syscall.ECONNREFUSED):
+			t.Errorf("%s on a dead server: %v, want ErrUnavailable wrapping connection refused", r.name, r.err)
+		default:
+			t.Logf("%s: %v in %v", r.name, r.err, r.took.Round(time.Millisecond))
+		}
+	}
+}
+
+// On a rueidis client given to Wrap, which retries read-only commands until their context ends, relock
+// bounds its reads without deadline (10 s, documented on Wrap); every other call fails at once, as on
+// New's client.
+func TestEveryCallOfAWrappedClientEndsWhileRedisIsDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	c, err := relock.Wrap(rdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitRefused(t, c)
+	const bound = 20 * time.Second // the reads' 10 s, and room for a loaded machine
+	for _, r := range runAll(context.Background(), everyCall(c, "wrapped:"), bound) {
+		switch {
+		case !r.done:
+			t.Errorf("%s with context.Background() on a dead server, through Wrap: still blocked after %v", r.name, bound)
+		case !errors.Is(r.err, relock.ErrUnavailable):
+			t.Errorf("%s on a dead server, through Wrap: %v, want ErrUnavailable", r.name, r.err)
+		default:
+			t.Logf("%s: %v in %v", r.name, r.err, r.took.Round(time.Millisecond))
+		}
+	}
+}
+
+// A call without deadline on a connection whose server stopped answering (paused) fails, matching
+// ErrUnavailable, once rueidis gives the connection up: after ConnWriteTimeout (here 1 s; by default
+// 10 s).
+func TestCallWithoutDeadlineEndsWhenRedisStopsAnswering(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	opts := &relock.Options{}
+	opts.Redis.ConnWriteTimeout = time.Second
+	c := newClient(t, srv, opts)
+	l := c.Lock("paused")
+	if _, err := l.IsLocked(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Resume()
+	for _, r := range runAll(context.Background(), []call{
+		{"IsLocked", func(ctx context.Context) error { _, err := l.IsLocked(ctx); return err }},
+		{"Lock", l.Lock},
+	}, 10*time.Second) {
+		if !r.done || !errors.Is(r.err, relock.ErrUnavailable) {
+			t.Errorf("%s on a paused server: %v after %v, want ErrUnavailable", r.name, r.err, r.took)
+		}
+		t.Logf("%s: %v in %v", r.name, r.err, r.took.Round(time.Millisecond))
+	}
+}
+
 // startSleep makes srv sleep for d (DEBUG SLEEP), from a connection of its own, and returns once the
 // sleep has begun; the returned channel is closed when it is over.
 func startSleep(t *testing.T, srv *redistest.Server, d time.Duration) <-chan struct{} {

@@ -80,15 +80,90 @@ var (
 	scriptElectionLeader   = loadScript("election_leader")
 )
 
-// run is the one path every script takes to Redis: each call is a single round trip (EVALSHA; EVAL only
-// after NOSCRIPT). Scripts are never retried on a network error, because none of them is idempotent. Its
-// failures are classified (see classify): a failure to reach Redis or to get its answer matches
-// ErrUnavailable.
+// run runs one script through the one path (see exec): a single round trip (EVALSHA; EVAL only after
+// NOSCRIPT). Scripts are never retried on a network error, because none of them is idempotent.
 func (c *Client) run(ctx context.Context, s *script, keys, args []string) rueidis.RedisResult {
-	if !c.guard.needed(ctx) {
-		return c.classify(ctx, s.lua.Exec(ctx, c.rdb, keys, args))
+	return c.exec(ctx, call{script: s, keys: keys, args: args})
+}
+
+// do runs one plain command (all of relock's are reads) through the one path (see exec).
+func (c *Client) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	return c.exec(ctx, call{cmd: cmd})
+}
+
+// call is one script run, or one plain command.
+type call struct {
+	script *script
+	keys   []string
+	args   []string
+	cmd    rueidis.Completed
+}
+
+func (k call) send(ctx context.Context, rdb rueidis.Client) rueidis.RedisResult {
+	if k.script != nil {
+		return k.script.lua.Exec(ctx, rdb, k.keys, k.args)
 	}
-	return withinDeadline(ctx, func() rueidis.RedisResult { return c.classify(ctx, s.lua.Exec(ctx, c.rdb, keys, args)) }, rueidis.NewErrorResult)
+	return rdb.Do(ctx, k.cmd)
+}
+
+// exec is the one path every call to Redis takes, and what bounds it:
+//
+//   - ctx: a call returns when ctx ends (see callGuard for the waits rueidis does not bound by it).
+//   - Redis unreachable: the call fails as soon as its connection cannot be made (refused, or the dial
+//     timeout, Options.Redis.Dialer.Timeout, 5 s by default), and rueidis does not retry it: New sets
+//     DisableRetry, and relock's scripts are never retried anyway. A rueidis client given to Wrap retries
+//     read-only commands until their context ends, unless its DisableRetry is set: relock's reads on it
+//     (IsLocked, RemainingTTL, HoldCount, AvailablePermits, Count, Leader...) give up after
+//     wrappedReadBound when ctx allows longer.
+//   - Redis not answering on an established connection: rueidis closes the connection after its
+//     ConnWriteTimeout (by default 10 times Dialer.KeepAlive, 10 s) without a reply, failing the calls on
+//     it.
+//
+// Its failures are classified here (see classify): a failure to reach Redis or to get its answer matches
+// ErrUnavailable.
+func (c *Client) exec(ctx context.Context, k call) rueidis.RedisResult {
+	if c.borrowed && k.script == nil {
+		if bctx, stop, ok := boundRead(ctx); ok {
+			defer stop()
+			r := c.execGuarded(bctx, k)
+			if ctx.Err() == nil && errors.Is(context.Cause(bctx), errReadBound) {
+				return rueidis.NewErrorResult(unavailable(errReadBound))
+			}
+			return r
+		}
+	}
+	return c.execGuarded(ctx, k)
+}
+
+func (c *Client) execGuarded(ctx context.Context, k call) rueidis.RedisResult {
+	if !c.guard.needed(ctx) {
+		return c.send(ctx, k)
+	}
+	return withinDeadline(ctx, func() rueidis.RedisResult { return c.send(ctx, k) }, rueidis.NewErrorResult)
+}
+
+// send sends k, and classifies its result.
+func (c *Client) send(ctx context.Context, k call) rueidis.RedisResult {
+	return c.classify(ctx, k.send(ctx, c.rdb))
+}
+
+// wrappedReadBound bounds a read on a rueidis client given to Wrap, which may retry it until its context
+// ends while Redis is unreachable (see exec).
+const wrappedReadBound = 10 * time.Second
+
+// errReadBound is the failure of a read that got no answer within wrappedReadBound.
+var errReadBound = fmt.Errorf("no answer within %v", wrappedReadBound)
+
+// boundRead returns a context that ends with ctx, or with the cause errReadBound after wrappedReadBound,
+// when ctx would allow longer, and the function that releases it. It has no deadline: rueidis makes a
+// connection's deadline of a call's (see Client.exec), and a read's bound must not break a connection.
+func boundRead(ctx context.Context) (context.Context, func(), bool) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= wrappedReadBound {
+		return ctx, nil, false
+	}
+	bctx, cancel := context.WithCancelCause(ctx)
+	t := time.AfterFunc(wrappedReadBound, func() { cancel(errReadBound) })
+	return bctx, func() { t.Stop(); cancel(nil) }, true
 }
 
 // runner runs scripts whose replies are integers: the seam between rueidis and the state machines that
@@ -106,12 +181,12 @@ type runner interface {
 // rueidisRunner runs scripts through the Client's rueidis client (see Client.run).
 type rueidisRunner struct{ c *Client }
 
-func (r rueidisRunner) runInt(ctx context.Context, call scriptCall) (int64, error) {
-	return r.c.run(ctx, call.script, call.keys, call.args).AsInt64()
+func (r rueidisRunner) runInt(ctx context.Context, sc scriptCall) (int64, error) {
+	return r.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
 }
 
-func (r rueidisRunner) runAcquire(ctx context.Context, call scriptCall) ([3]int64, error) {
-	return acquireReply(r.c.run(ctx, call.script, call.keys, call.args))
+func (r rueidisRunner) runAcquire(ctx context.Context, sc scriptCall) ([3]int64, error) {
+	return acquireReply(r.c.run(ctx, sc.script, sc.keys, sc.args))
 }
 
 // acquireReply reads an acquisition's reply, three integers, without allocating.
@@ -148,11 +223,11 @@ func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]in
 	b := withinDeadline(ctx, func() batch {
 		b := batch{make([][]int64, len(calls)), make([]error, len(calls))}
 		var wg sync.WaitGroup
-		for i, call := range calls {
+		for i, sc := range calls {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b.replies[i], b.errs[i] = r.c.classify(ctx, call.script.lua.Exec(ctx, r.c.rdb, call.keys, call.args)).AsIntSlice()
+				b.replies[i], b.errs[i] = r.c.send(ctx, call{script: sc.script, keys: sc.keys, args: sc.args}).AsIntSlice()
 			}()
 		}
 		wg.Wait()
@@ -174,8 +249,8 @@ func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]in
 // reply: a server that does not support it, an ACL that denies it), nothing was acknowledged: runAcked
 // returns 0 replicas, and WAIT's error as refused.
 func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, replicas int64, timeout time.Duration) (resp rueidis.RedisResult, acked int64, refused, err error) {
-	wait := c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
-	call := func() []rueidis.RedisResult {
+	send := func() []rueidis.RedisResult {
+		wait := c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
 		resps := c.rdb.DoMulti(ctx, c.rdb.B().Evalsha().Sha1(s.sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
 		if err, ok := rueidis.IsRedisErr(resps[0].Error()); ok && err.IsNoScript() {
 			wait = c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
@@ -188,9 +263,9 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 	}
 	var resps []rueidis.RedisResult
 	if !c.guard.needed(ctx) {
-		resps = call()
+		resps = send()
 	} else {
-		resps = withinDeadline(ctx, call, func(err error) []rueidis.RedisResult {
+		resps = withinDeadline(ctx, send, func(err error) []rueidis.RedisResult {
 			return []rueidis.RedisResult{rueidis.NewErrorResult(err), rueidis.NewErrorResult(err)}
 		})
 	}
@@ -204,27 +279,20 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 	return resps[0], acked, nil, err
 }
 
-// do runs one plain command, under the same deadline guarantee as run.
-func (c *Client) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if !c.guard.needed(ctx) {
-		return c.classify(ctx, c.rdb.Do(ctx, cmd))
-	}
-	return withinDeadline(ctx, func() rueidis.RedisResult { return c.classify(ctx, c.rdb.Do(ctx, cmd)) }, rueidis.NewErrorResult)
-}
-
 // callGuard decides how a call whose context can end is made. rueidis honours a call's ctx while it
 // waits for a reply: a call alone on a connection sets the connection's deadline to ctx's (an expiry
 // breaks the connection), and a call queued behind others waits for its reply or ctx, whichever comes
-// first. Two waits ignore ctx: a call that finds its connection being dialled again waits for that dial,
-// which runs under the context of whichever call started it (rueidis bounds it by the dial timeout, for
-// the connection and again for the handshake); and a call that finds a connection's ring of pending
-// commands full waits for a free slot. Connections are dialled again only after one broke, which
-// the call that met it reports as an error that is not Redis's; so after such an error, for long enough
-// that every dial it may cause has ended (twice the dial timeout), calls are guarded by withinDeadline,
-// and otherwise made on the caller's goroutine at no cost. What this leaves unguarded: a connection first
-// dialled lazily (rueidis spreads calls over several per server) just as the server stops answering, or
-// broken by the application's own use of a Client it passed to Wrap, and the full ring, which takes more
-// than a thousand calls in flight on one connection of a server that stopped answering.
+// first. Two waits ignore
+// ctx: a call that finds its connection being dialled again waits for that dial, which runs under the
+// context of whichever call started it (rueidis bounds it by the dial timeout, for the connection and
+// again for the handshake); and a call that finds a connection's ring of pending commands full waits for a
+// free slot. Connections are dialled again only after one broke, which the call that met it reports as an
+// error that is not Redis's; so after such an error, for long enough that every dial it may cause has
+// ended (twice the dial timeout), calls are guarded by withinDeadline, and otherwise made on the caller's
+// goroutine at no cost. What this leaves unguarded: a connection first dialled lazily (rueidis spreads
+// calls over several per server) just as the server stops answering, or broken by the application's own
+// use of a Client it passed to Wrap, and the full ring, which takes more than a thousand calls in flight
+// on one connection of a server that stopped answering.
 type callGuard struct {
 	window time.Duration
 	until  atomic.Int64 // UnixNano until which calls are guarded
