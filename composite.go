@@ -195,7 +195,7 @@ func (m *composite) fanOut(fn func(i int, p *RLock)) {
 }
 
 // release ends a failed round: it unlocks the parts marked in got, and waits for the parts whose attempt
-// had an unknown outcome (errs) to undo it themselves, at once, even if ctx has ended, each within
+// may have run unseen (errs) to undo it themselves, at once, even if ctx has ended, each within
 // timeout. So a failed round leaves nothing it took behind, wherever Redis answers in time; a part whose
 // server does not completes its release or undo in the background (see RLock.Unlock).
 func (m *composite) release(ctx context.Context, got []bool, errs []error, timeout time.Duration) {
@@ -205,7 +205,7 @@ func (m *composite) release(ctx context.Context, got []bool, errs []error, timeo
 		switch {
 		case got[i]:
 			_ = p.Unlock(ctx)
-		case errs[i] != nil && outcomeUnknown(errs[i]):
+		case errs[i] != nil && mayHaveRun(errs[i]):
 			p.settled(ctx)
 		}
 	})

@@ -94,7 +94,7 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	ao := acquireOp{kind: l.kind, name: l.name, channel: l.spec.waitChannel(call.field), wait: wait}
 	ok, err := l.c.acquire(ctx, ao, func(ctx context.Context) (bool, time.Duration, error) {
 		ok, wait, err := l.attempt(ctx, parent, k, lease, ttl, call)
-		lateJoin = lateJoin || call.join && outcomeUnknown(err)
+		lateJoin = lateJoin || call.join && mayHaveRun(err)
 		return ok, wait, err
 	})
 	if call.join {
@@ -134,7 +134,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 		reply, err = l.c.scripts.runAcquire(ctx, sc)
 	}
 	if err != nil {
-		if outcomeUnknown(err) {
+		if mayHaveRun(err) { // an attempt that never reached Redis (unsent) leaves nothing to undo
 			l.undoAcquire(k, ttl, call.attempt)
 		}
 		return false, 0, err

@@ -237,9 +237,9 @@ func transientReply(rerr *rueidis.RedisError) bool {
 	return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(rerr.Error(), "MASTERDOWN")
 }
 
-// outcomeUnknown reports whether a failed command may nevertheless have run on the server: the request
-// may have been written before the connection broke or the context ended. A reply from Redis (even an
-// error reply) is a definite outcome.
+// outcomeUnknown reports whether a failed command got no definite answer: Redis did not reply. It may
+// nevertheless have run on the server (see mayHaveRun), or have surely not been sent (unsent). A reply
+// from Redis (even an error reply) is a definite outcome.
 func outcomeUnknown(err error) bool {
 	if err == nil {
 		return false
@@ -259,8 +259,18 @@ func transient(err error) bool {
 	if rerr, ok := redisReply(err); ok {
 		return transientReply(rerr)
 	}
+	if unsent(err) {
+		return true
+	}
 	return outcomeUnknown(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
 		!errors.Is(err, errReplyLost)
+}
+
+// mayHaveRun reports whether a failed command may have run on the server although no reply says so: the
+// request may have been written before the connection broke or the context ended. Only such a failure
+// leaves something to undo.
+func mayHaveRun(err error) bool {
+	return outcomeUnknown(err) && !unsent(err)
 }
 
 // unsent reports whether a failed call surely never reached the server: its connection could not be made.

@@ -217,6 +217,39 @@ func TestCallWithoutDeadlineEndsWhenRedisStopsAnswering(t *testing.T) {
 	}
 }
 
+// An acquisition refused a connection (Redis down) surely never ran: it leaves nothing to undo, and the
+// owner's next call on the lock does not wait for an undo. Before, a dial refusal was an unknown outcome:
+// the next call waited for a background undo for as long as the hold would have lived (30 s with the
+// default watchdog timeout).
+func TestRefusedAttemptLeavesNothingToUndo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil) // the default watchdog timeout, 30 s
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitRefused(t, c)
+	ctx, cancel := context.WithTimeout(relock.WithOwner(context.Background(), "o"), 10*time.Second)
+	defer cancel()
+	l := c.Lock("refused")
+	start := time.Now()
+	if err := l.Lock(ctx); !errors.Is(err, relock.ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("Lock on a dead server: %v, want ErrUnavailable wrapping connection refused", err)
+	}
+	for _, next := range []call{
+		{"TryLock", func(ctx context.Context) error { _, err := l.TryLock(ctx, 0, 0); return err }},
+		{"Lock", l.Lock},
+		{"HoldCount", func(ctx context.Context) error { _, err := l.HoldCount(ctx); return err }},
+	} {
+		if err := next.fn(ctx); !errors.Is(err, relock.ErrUnavailable) {
+			t.Errorf("%s after a refused Lock: %v, want ErrUnavailable", next.name, err)
+		}
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("a refused Lock, then three calls of its owner, took %v", took)
+	}
+}
+
 // startSleep makes srv sleep for d (DEBUG SLEEP), from a connection of its own, and returns once the
 // sleep has begun; the returned channel is closed when it is over.
 func startSleep(t *testing.T, srv *redistest.Server, d time.Duration) <-chan struct{} {
