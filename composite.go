@@ -195,16 +195,17 @@ func (m *composite) fanOut(fn func(i int, p *RLock)) {
 }
 
 // release ends a failed round: it unlocks the parts marked in got, and waits for the parts whose attempt
-// may have run unseen (errs) to undo it themselves, at once, even if ctx has ended, each within
-// timeout. So a failed round leaves nothing it took behind, wherever Redis answers in time; a part whose
-// server does not completes its release or undo in the background (see RLock.Unlock).
+// may have run unseen (errs) to undo it themselves, each within timeout and ctx. So a failed round leaves
+// nothing it took behind, wherever Redis answers in time; a part whose server does not, or whose release
+// ctx leaves no time for, completes its release or undo in the background (see RLock.Unlock), and the
+// composite call returns by ctx's deadline.
 func (m *composite) release(ctx context.Context, got []bool, errs []error, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	m.fanOut(func(i int, p *RLock) {
 		switch {
 		case got[i]:
-			_ = p.Unlock(ctx)
+			_ = p.Unlock(ctx) // releases in the background if ctx has ended
 		case errs[i] != nil && mayHaveRun(errs[i]):
 			p.settled(ctx)
 		}

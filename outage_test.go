@@ -250,6 +250,64 @@ func TestRefusedAttemptLeavesNothingToUndo(t *testing.T) {
 	}
 }
 
+// Every composite call returns by its context's deadline, its servers down or stalled. Before, a failed
+// round waited for its parts' undos past the deadline: MultiLock.Lock with a 500 ms context returned after
+// 1.0 s, then 1.5 s.
+func TestCompositeCallsReturnByTheirDeadline(t *testing.T) {
+	t.Parallel()
+	servers := redistest.StartN(t, 3)
+	var parts, nodes []relock.Lockable
+	for i, srv := range servers {
+		c := newClient(t, srv, nil)
+		parts = append(parts, c.Lock(fmt.Sprintf("dl%d", i)))
+		nodes = append(nodes, c.Lock("dl-red"))
+	}
+	multi := relock.NewMultiLock(parts...)
+	red := relock.NewRedLock(nodes, nil)
+	calls := []call{
+		{"MultiLock.Lock", multi.Lock},
+		{"MultiLock.TryLock", func(ctx context.Context) error { _, err := multi.TryLock(ctx, time.Minute, 0); return err }},
+		{"MultiLock.Unlock", multi.Unlock},
+		{"RedLock.Lock", red.Lock},
+		{"RedLock.TryLock", func(ctx context.Context) error { _, err := red.TryLock(ctx, time.Minute, 0); return err }},
+		{"RedLock.Unlock", red.Unlock},
+	}
+	const timeout, slack = 300 * time.Millisecond, 600 * time.Millisecond
+	check := func(state string) {
+		owner := relock.WithOwner(context.Background(), "o")
+		for round := 0; round < 2; round++ { // the same owner again: earlier rounds' undos must not hold it up
+			for _, cl := range calls {
+				ctx, cancel := context.WithTimeout(owner, timeout)
+				start := time.Now()
+				err := cl.fn(ctx)
+				took := time.Since(start)
+				cancel()
+				if took > timeout+slack {
+					t.Errorf("%s, servers %s, round %d: returned after %v with a %v context (%v)", cl.name, state, round, took, timeout, err)
+				}
+				if err == nil {
+					t.Errorf("%s, servers %s: no error", cl.name, state)
+				}
+			}
+		}
+	}
+	for _, srv := range servers {
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("paused")
+	for _, srv := range servers {
+		if err := srv.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("killed")
+}
+
 // startSleep makes srv sleep for d (DEBUG SLEEP), from a connection of its own, and returns once the
 // sleep has begun; the returned channel is closed when it is over.
 func startSleep(t *testing.T, srv *redistest.Server, d time.Duration) <-chan struct{} {
