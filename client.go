@@ -91,8 +91,9 @@ type Options struct {
 
 	// Redis is the configuration New starts from when it builds its rueidis client (authentication, TLS,
 	// timeouts, ...). New sets InitAddress (and what a URL says) from its addrs argument when that is not
-	// empty, disables client-side caching, which relock does not use, and retries (DisableRetry; see
-	// NewContext), and sets ClientName when it is empty (see ClientNamePrefix). Wrap ignores it.
+	// empty, disables client-side caching, which relock does not use, and retries (DisableRetry), makes
+	// the client always pipeline (AlwaysPipelining; see NewContext), and sets ClientName when it is empty
+	// (see ClientNamePrefix). Wrap ignores it.
 	//
 	// Its timeouts bound the calls made without a deadline while Redis is unreachable: a call fails as
 	// soon as its connection is refused, or after Dialer.Timeout (5 s by default) when the dial gets no
@@ -184,8 +185,9 @@ func New(addrs []string, opts *Options) (*Client, error) {
 // same things (a TLSConfig in Options.Redis is kept). Addresses that are not, or none at all, give an
 // error matching ErrInvalidOptions that says what is wrong.
 //
-// New's rueidis client does not retry reads (ClientOption.DisableRetry), so that a read fails as soon as
-// Redis cannot be reached, as every other call does, whatever Options.Redis says.
+// New's rueidis client always pipelines (ClientOption.AlwaysPipelining), so that one call's context never
+// breaks a connection other calls share, and does not retry reads (DisableRetry), so that a read fails as
+// soon as Redis cannot be reached, as every other call does. Both are set whatever Options.Redis says.
 func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, error) {
 	var o Options
 	if opts != nil {
@@ -196,6 +198,7 @@ func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, er
 		return nil, &opError{op: "new", err: err}
 	}
 	ro.DisableCache = true
+	ro.AlwaysPipelining = true
 	ro.DisableRetry = true
 	if _, err := o.validate(); err != nil {
 		return nil, err
@@ -268,11 +271,16 @@ func redisOption(addrs []string, base rueidis.ClientOption) (rueidis.ClientOptio
 // Wrap returns a Client that uses rdb, a rueidis client the caller already has. Close stops what relock
 // started (its goroutines and its subscription connection) and leaves rdb open.
 //
-// One of rdb's options matters while Redis is down; New sets it (see NewContext), Wrap cannot:
-// DisableRetry. Without it, rueidis retries a read-only command until its context ends while Redis is
-// unreachable. relock's reads (IsLocked, RemainingTTL, HoldCount, AvailablePermits, Count...) made on rdb
-// then give up after 10 s when their context allows longer, with an error matching ErrUnavailable, where
-// New's fail at once.
+// Two of rdb's options matter while Redis is down or stalled; New sets both (see NewContext), Wrap cannot:
+//
+//   - AlwaysPipelining: without it, rueidis runs a call that is alone on its connection under a connection
+//     deadline set from the call's context, whose expiry closes the connection and fails every other call
+//     on it, relock's or the application's. relock reports such a failure as an outage whose outcome is
+//     unknown (ErrUnavailable), and undoes or completes what it may have done, but the caller sees it.
+//   - DisableRetry: without it, rueidis retries a read-only command until its context ends while Redis is
+//     unreachable. relock's reads (IsLocked, RemainingTTL, HoldCount, AvailablePermits, Count...) made on
+//     rdb then give up after 10 s when their context allows longer, with an error matching ErrUnavailable,
+//     where New's fail at once.
 func Wrap(rdb rueidis.Client, opts *Options) (*Client, error) {
 	if rdb == nil {
 		return nil, &opError{op: "wrap", err: ErrNilClient}

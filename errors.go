@@ -95,11 +95,19 @@ var (
 // something that does not follow the lock's layout, or the script is not the one relock sent.
 var errUnexpectedReply = errors.New("relock: unexpected reply from Redis")
 
-// errInterrupted is a call's failure when its connection broke under it because of another call: rueidis
-// closes a connection when the context of a call alone on it ends mid-call, and the calls that share the
-// connection fail with that context's error, although their own has not ended. Like any broken
-// connection, its outcome is unknown and it is transient.
+// errInterrupted is a call's failure when its connection broke under it because of another call, on a
+// rueidis client given to Wrap that does not always pipeline: rueidis then runs a call alone on its
+// connection under the connection's deadline, set to the call's context's, whose expiry closes the
+// connection, and the calls that share it fail with that context's error, although their own has not
+// ended. Like any broken connection, its outcome is unknown and it is transient. (New always pipelines:
+// see Client.exec.)
 var errInterrupted = errors.New("relock: the connection broke under the call")
+
+// errNotConnected is a call's failure when the connection it waited for could not be made because of
+// another call: rueidis dials a connection, and sends its handshake, under the context of the call that
+// needed it first, and the calls that wait for it fail with that context's error when it ends first. The
+// call was never sent.
+var errNotConnected = errors.New("relock: the connection could not be made")
 
 // errReplyLost is the failure of a plain semaphore's acquisition whose reply was lost after it was sent
 // (the connection broke): it may have taken permits that nobody holds now, and nothing in Redis tells. A
@@ -273,10 +281,12 @@ func mayHaveRun(err error) bool {
 	return outcomeUnknown(err) && !unsent(err)
 }
 
-// unsent reports whether a failed call surely never reached the server: its connection could not be made.
+// unsent reports whether a failed call surely never reached the server: its connection could not be made
+// (the dial failed, or, for a call that waited for another call's dial, that call's context ended first;
+// rueidis sends nothing on a connection before it is made).
 func unsent(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, errNotConnected)
 }
 
 // permanent reports whether err is one that trying again cannot mend.

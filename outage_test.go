@@ -335,6 +335,102 @@ func oneConnection() *relock.Options {
 	return opts
 }
 
+// One caller's deadline costs other callers nothing: during a 400 ms stall of Redis, a TryLock whose
+// 100 ms context ends does not break the connection it shares with a Semaphore.Acquire made with
+// context.Background(), which gets its permit once Redis answers. Before, rueidis ran the TryLock alone on
+// its connection under the connection's deadline, whose expiry closed the connection: the Acquire failed
+// with "the reply was lost: the permits may have been taken" although nothing was taken (on one
+// connection, every time; with rueidis's default two per server, when both calls went to the same one).
+func TestAnotherCallersDeadlineBreaksNothing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for round := 0; round < 6; round++ {
+		opts := oneConnection()
+		if round%2 == 1 {
+			opts = nil
+		}
+		c := newClient(t, srv, opts) // a new Client: its connection has not pipelined yet
+		name := fmt.Sprintf("stranger:%d", round)
+		sem := c.Semaphore(name + ":sem")
+		ctx := ctxTimeout(t, 20*time.Second)
+		if _, err := sem.TrySetPermits(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		sleeping := startSleep(t, srv, 400*time.Millisecond)
+		short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		tried := make(chan error, 1)
+		go func() { _, err := c.Lock(name).TryLock(short, 0, 0); tried <- err }()
+		time.Sleep(20 * time.Millisecond) // the TryLock is sent first
+		acquired := make(chan error, 1)
+		go func() { acquired <- sem.Acquire(context.Background(), 1) }()
+		if err := <-tried; !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("round %d: TryLock during the stall: %v, want DeadlineExceeded", round, err)
+		}
+		cancel()
+		if err := receiveWithin(acquired, 10*time.Second); err != nil {
+			t.Fatalf("round %d: Acquire(context.Background()) beside a TryLock whose deadline passed: %v", round, err)
+		}
+		<-sleeping
+		if n, err := sem.AvailablePermits(ctx); err != nil || n != 0 {
+			t.Fatalf("round %d: after the Acquire, %d permits available (%v), want 0", round, n, err)
+		}
+		if err := sem.Release(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// One caller's deadline costs other callers nothing while a connection is being made either: a call that
+// waits for a connection another call is dialling, whose context ends before the (stalled) server answers
+// the handshake, makes the connection again under its own context, and gets its answer. Before, it failed
+// with the other call's context's error, taken for a broken connection ("the reply was lost").
+func TestAnotherCallersDeadlineDuringADial(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, oneConnection())
+	ctx := ctxTimeout(t, 20*time.Second)
+	sem := c.Semaphore("dial:sem")
+	if _, err := sem.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Calls at once, so that the connection pipelines (rueidis then reads it all the time, and sees it
+	// closed when it is).
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = sem.AvailablePermits(ctx) }()
+	}
+	wg.Wait()
+	// Close the Client's connections, then stall the server: the next call dials again, and the handshake
+	// waits for the server.
+	rdb := rawClient(t, srv)
+	do(t, rdb, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+	time.Sleep(100 * time.Millisecond) // rueidis sees its connection closed
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	tried := make(chan error, 1)
+	go func() { _, err := c.Lock("dial").TryLock(short, 0, 0); tried <- err }()
+	time.Sleep(20 * time.Millisecond) // the TryLock starts the dial
+	acquired := make(chan error, 1)
+	go func() { acquired <- sem.Acquire(context.Background(), 1) }()
+	if err := <-tried; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("TryLock during the stall: %v, want DeadlineExceeded", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := receiveWithin(acquired, 10*time.Second); err != nil {
+		t.Fatalf("Acquire(context.Background()) waiting for a dial whose caller's deadline passed: %v", err)
+	}
+	if n, err := sem.AvailablePermits(ctx); err != nil || n != 0 {
+		t.Fatalf("after the Acquire, %d permits available (%v), want 0", n, err)
+	}
+}
+
 func receiveWithin(ch <-chan error, d time.Duration) error {
 	select {
 	case err := <-ch:

@@ -120,7 +120,7 @@ func (k call) send(ctx context.Context, rdb rueidis.Client) rueidis.RedisResult 
 //     it.
 //
 // Its failures are classified here (see classify): a failure to reach Redis or to get its answer matches
-// ErrUnavailable.
+// ErrUnavailable, and one caused by another call's context is told apart from the caller's own.
 func (c *Client) exec(ctx context.Context, k call) rueidis.RedisResult {
 	if c.borrowed && k.script == nil {
 		if bctx, stop, ok := boundRead(ctx); ok {
@@ -142,9 +142,15 @@ func (c *Client) execGuarded(ctx context.Context, k call) rueidis.RedisResult {
 	return withinDeadline(ctx, func() rueidis.RedisResult { return c.send(ctx, k) }, rueidis.NewErrorResult)
 }
 
-// send sends k, and classifies its result.
+// send sends k, and sends it once more if it failed only because the connection it waited for could not
+// be made under another call's context (errNotConnected): it was never sent, and its own context allows
+// more. One caller's context then costs the others nothing but the wait.
 func (c *Client) send(ctx context.Context, k call) rueidis.RedisResult {
-	return c.classify(ctx, k.send(ctx, c.rdb))
+	r := c.classify(ctx, k.send(ctx, c.rdb))
+	if errors.Is(r.NonRedisError(), errNotConnected) && ctx.Err() == nil {
+		r = c.classify(ctx, k.send(ctx, c.rdb))
+	}
+	return r
 }
 
 // wrappedReadBound bounds a read on a rueidis client given to Wrap, which may retry it until its context
@@ -250,14 +256,20 @@ func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]in
 // returns 0 replicas, and WAIT's error as refused.
 func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, replicas int64, timeout time.Duration) (resp rueidis.RedisResult, acked int64, refused, err error) {
 	send := func() []rueidis.RedisResult {
-		wait := c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
-		resps := c.rdb.DoMulti(ctx, c.rdb.B().Evalsha().Sha1(s.sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
-		if err, ok := rueidis.IsRedisErr(resps[0].Error()); ok && err.IsNoScript() {
-			wait = c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
-			resps = c.rdb.DoMulti(ctx, c.rdb.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
-		}
-		for i := range resps {
-			resps[i] = c.classify(ctx, resps[i])
+		var resps []rueidis.RedisResult
+		for range 2 { // once more after errNotConnected, as Client.send
+			wait := c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
+			resps = c.rdb.DoMulti(ctx, c.rdb.B().Evalsha().Sha1(s.sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
+			if err, ok := rueidis.IsRedisErr(resps[0].Error()); ok && err.IsNoScript() {
+				wait = c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
+				resps = c.rdb.DoMulti(ctx, c.rdb.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
+			}
+			for i := range resps {
+				resps[i] = c.classify(ctx, resps[i])
+			}
+			if !errors.Is(resps[0].NonRedisError(), errNotConnected) || ctx.Err() != nil {
+				break
+			}
 		}
 		return resps
 	}
@@ -280,9 +292,8 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 }
 
 // callGuard decides how a call whose context can end is made. rueidis honours a call's ctx while it
-// waits for a reply: a call alone on a connection sets the connection's deadline to ctx's (an expiry
-// breaks the connection), and a call queued behind others waits for its reply or ctx, whichever comes
-// first. Two waits ignore
+// waits for a reply: on a connection that pipelines (New makes its client always pipeline) a call whose
+// ctx ends is abandoned and its reply discarded when it comes, the connection untouched. Two waits ignore
 // ctx: a call that finds its connection being dialled again waits for that dial, which runs under the
 // context of whichever call started it (rueidis bounds it by the dial timeout, for the connection and
 // again for the handshake); and a call that finds a connection's ring of pending commands full waits for a
@@ -290,9 +301,10 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 // error that is not Redis's; so after such an error, for long enough that every dial it may cause has
 // ended (twice the dial timeout), calls are guarded by withinDeadline, and otherwise made on the caller's
 // goroutine at no cost. What this leaves unguarded: a connection first dialled lazily (rueidis spreads
-// calls over several per server) just as the server stops answering, or broken by the application's own
-// use of a Client it passed to Wrap, and the full ring, which takes more than a thousand calls in flight
-// on one connection of a server that stopped answering.
+// calls over several per server) just as the server stops answering, or broken without a call seeing it
+// (rueidis's own PING found the server gone), or by the application's own use of a Client it passed to
+// Wrap, and the full ring, which takes more than a thousand calls in flight on one connection of a server
+// that stopped answering.
 type callGuard struct {
 	window time.Duration
 	until  atomic.Int64 // UnixNano until which calls are guarded
@@ -308,8 +320,11 @@ func (g *callGuard) broke() { g.until.Store(time.Now().Add(g.window).UnixNano())
 
 // classify returns r, its failure turned into relock's (see errors.go), and notes a broken connection in
 // the guard. A failure that is not Redis's reply nor the end of ctx is Redis unreachable or not answering:
-// it matches ErrUnavailable. A context's error that ctx does not explain is another call's (see
-// errInterrupted); it does not match a context's error: the caller's context has not ended.
+// it matches ErrUnavailable. A context's error that ctx does not explain is another call's: it comes from
+// a connection that another call was dialling, which its context cut short (errNotConnected: nothing was
+// sent), or, on a client given to Wrap that does not always pipeline, from a connection that another
+// call's deadline broke (errInterrupted: the outcome is unknown). It does not match a context's error:
+// the caller's context has not ended.
 func (c *Client) classify(ctx context.Context, r rueidis.RedisResult) rueidis.RedisResult {
 	err := r.NonRedisError()
 	if err == nil || errors.Is(err, rueidis.ErrClosing) {
@@ -319,7 +334,11 @@ func (c *Client) classify(ctx context.Context, r rueidis.RedisResult) rueidis.Re
 		if ownEnd(ctx, err) {
 			return r
 		}
-		err = fmt.Errorf("%w (%v)", errInterrupted, err)
+		if c.borrowed && !unsent(err) {
+			err = fmt.Errorf("%w (%v)", errInterrupted, err)
+		} else {
+			err = fmt.Errorf("%w (%v)", errNotConnected, err)
+		}
 	}
 	c.guard.broke()
 	return rueidis.NewErrorResult(unavailable(err))
