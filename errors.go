@@ -281,12 +281,26 @@ func mayHaveRun(err error) bool {
 	return outcomeUnknown(err) && !unsent(err)
 }
 
+// errSettling is the failure of an operation that did not wait for the settling of an earlier operation
+// of its owner on the same lock, whose attempts fail (see holdTable.prepare). Nothing was sent.
+var errSettling = errors.New("relock: an earlier call of this owner on the lock got no answer, and is still being settled")
+
+// settlingError is errSettling, because of cause, the last failure of the settling: an error matching
+// ErrUnavailable, and cause unless it is a context's (the settling's attempt's, not the caller's).
+func settlingError(cause error) error {
+	if errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
+		return errorf("%w: %w (%v)", ErrUnavailable, errSettling, cause)
+	}
+	return errorf("%w: %w (%w)", ErrUnavailable, errSettling, cause)
+}
+
 // unsent reports whether a failed call surely never reached the server: its connection could not be made
 // (the dial failed, or, for a call that waited for another call's dial, that call's context ended first;
-// rueidis sends nothing on a connection before it is made).
+// rueidis sends nothing on a connection before it is made), or it did not wait for an earlier call to be
+// settled (errSettling).
 func unsent(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, errNotConnected)
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, errNotConnected) || errors.Is(err, errSettling)
 }
 
 // permanent reports whether err is one that trying again cannot mend.

@@ -582,3 +582,63 @@ func TestErrorMessagesHaveOnePrefix(t *testing.T) {
 	sort.Strings(sample)
 	t.Logf("e.g. %q", sample)
 }
+
+// An owner's next call on a lock does not wait for the undo of its earlier acquisition whose reply was lost
+// while that undo cannot reach Redis: it fails within about a second, matching ErrUnavailable, and sends
+// nothing. Before, it waited for the undo until the hold it might undo would have expired (30 s with the
+// default watchdog timeout); once Redis answers, the undo completes and the owner's calls go through.
+func TestNextCallDoesNotWaitForAnUndoRedisCannotAnswer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil) // the default watchdog timeout, 30 s
+	owner := relock.WithOwner(context.Background(), "o")
+	l := c.Lock("stuck-undo")
+	lost := func(state string) {
+		t.Helper()
+		short, cancel := context.WithTimeout(owner, 200*time.Millisecond)
+		defer cancel()
+		if err := l.Lock(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock on a paused server: %v, want DeadlineExceeded", err)
+		}
+	}
+	next := func(state string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(owner, 20*time.Second)
+		defer cancel()
+		start := time.Now()
+		for _, cl := range []call{
+			{"Lock", l.Lock},
+			{"TryLock", func(ctx context.Context) error { _, err := l.TryLock(ctx, 0, 0); return err }},
+		} {
+			if err := cl.fn(ctx); !errors.Is(err, relock.ErrUnavailable) {
+				t.Errorf("%s after a lost reply, server %s: %v, want ErrUnavailable", cl.name, state, err)
+			}
+		}
+		if took := time.Since(start); took > 6*time.Second {
+			t.Errorf("two calls after a lost reply, server %s, took %v", state, took)
+		}
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	lost("paused")
+	next("paused")
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxTimeout(t, 20*time.Second)
+	eventually(t, 10*time.Second, "the owner locks once Redis answers", func() bool {
+		return l.Lock(relock.WithOwner(ctx, "o")) == nil
+	})
+	if err := l.Unlock(relock.WithOwner(ctx, "o")); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	lost("paused")
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	next("killed")
+}
