@@ -83,23 +83,23 @@ var (
 // run runs one script through the one path (see exec): a single round trip (EVALSHA; EVAL only after
 // NOSCRIPT). Scripts are never retried on a network error, because none of them is idempotent.
 func (c *Client) run(ctx context.Context, s *script, keys, args []string) rueidis.RedisResult {
-	return c.exec(ctx, call{script: s, keys: keys, args: args})
+	return c.exec(ctx, command{script: s, keys: keys, args: args})
 }
 
 // do runs one plain command (all of relock's are reads) through the one path (see exec).
 func (c *Client) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	return c.exec(ctx, call{cmd: cmd})
+	return c.exec(ctx, command{cmd: cmd})
 }
 
-// call is one script run, or one plain command.
-type call struct {
+// command is one script run, or one plain command.
+type command struct {
 	script *script
 	keys   []string
 	args   []string
 	cmd    rueidis.Completed
 }
 
-func (k call) send(ctx context.Context, rdb rueidis.Client) rueidis.RedisResult {
+func (k command) send(ctx context.Context, rdb rueidis.Client) rueidis.RedisResult {
 	if k.script != nil {
 		return k.script.lua.Exec(ctx, rdb, k.keys, k.args)
 	}
@@ -113,15 +113,15 @@ func (k call) send(ctx context.Context, rdb rueidis.Client) rueidis.RedisResult 
 //     timeout, Options.Redis.Dialer.Timeout, 5 s by default), and rueidis does not retry it: New sets
 //     DisableRetry, and relock's scripts are never retried anyway. A rueidis client given to Wrap retries
 //     read-only commands until their context ends, unless its DisableRetry is set: relock's reads on it
-//     (IsLocked, RemainingTTL, HoldCount, AvailablePermits, Count, Leader...) give up after
+//     (IsLocked, RemainingTTL, HoldCount, AvailablePermits, Count, Observe...) give up after
 //     wrappedReadBound when ctx allows longer.
-//   - Redis not answering on an established connection: rueidis closes the connection after its
-//     ConnWriteTimeout (by default 10 times Dialer.KeepAlive, 10 s) without a reply, failing the calls on
-//     it.
+//   - Redis not answering on an established connection: rueidis gives the connection up, failing the
+//     calls on it, when its PING (sent every Dialer.KeepAlive, 1 s by default, while the connection is
+//     quiet) gets no answer within ConnWriteTimeout (10 s by default): about 12 s by default.
 //
 // Its failures are classified here (see classify): a failure to reach Redis or to get its answer matches
 // ErrUnavailable, and one caused by another call's context is told apart from the caller's own.
-func (c *Client) exec(ctx context.Context, k call) rueidis.RedisResult {
+func (c *Client) exec(ctx context.Context, k command) rueidis.RedisResult {
 	if c.borrowed && k.script == nil {
 		if bctx, stop, ok := boundRead(ctx); ok {
 			defer stop()
@@ -135,7 +135,7 @@ func (c *Client) exec(ctx context.Context, k call) rueidis.RedisResult {
 	return c.execGuarded(ctx, k)
 }
 
-func (c *Client) execGuarded(ctx context.Context, k call) rueidis.RedisResult {
+func (c *Client) execGuarded(ctx context.Context, k command) rueidis.RedisResult {
 	if !c.guard.needed(ctx) {
 		return c.send(ctx, k)
 	}
@@ -145,7 +145,7 @@ func (c *Client) execGuarded(ctx context.Context, k call) rueidis.RedisResult {
 // send sends k, and sends it once more if it failed only because the connection it waited for could not
 // be made under another call's context (errNotConnected): it was never sent, and its own context allows
 // more. One caller's context then costs the others nothing but the wait.
-func (c *Client) send(ctx context.Context, k call) rueidis.RedisResult {
+func (c *Client) send(ctx context.Context, k command) rueidis.RedisResult {
 	r := c.classify(ctx, k.send(ctx, c.rdb))
 	if errors.Is(r.NonRedisError(), errNotConnected) && ctx.Err() == nil {
 		r = c.classify(ctx, k.send(ctx, c.rdb))
@@ -187,12 +187,12 @@ type runner interface {
 // rueidisRunner runs scripts through the Client's rueidis client (see Client.run).
 type rueidisRunner struct{ c *Client }
 
-func (r rueidisRunner) runInt(ctx context.Context, sc scriptCall) (int64, error) {
-	return r.c.run(ctx, sc.script, sc.keys, sc.args).AsInt64()
+func (r rueidisRunner) runInt(ctx context.Context, call scriptCall) (int64, error) {
+	return r.c.run(ctx, call.script, call.keys, call.args).AsInt64()
 }
 
-func (r rueidisRunner) runAcquire(ctx context.Context, sc scriptCall) ([3]int64, error) {
-	return acquireReply(r.c.run(ctx, sc.script, sc.keys, sc.args))
+func (r rueidisRunner) runAcquire(ctx context.Context, call scriptCall) ([3]int64, error) {
+	return acquireReply(r.c.run(ctx, call.script, call.keys, call.args))
 }
 
 // acquireReply reads an acquisition's reply, three integers, without allocating.
@@ -229,11 +229,11 @@ func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]in
 	b := withinDeadline(ctx, func() batch {
 		b := batch{make([][]int64, len(calls)), make([]error, len(calls))}
 		var wg sync.WaitGroup
-		for i, sc := range calls {
+		for i, call := range calls {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b.replies[i], b.errs[i] = r.c.send(ctx, call{script: sc.script, keys: sc.keys, args: sc.args}).AsIntSlice()
+				b.replies[i], b.errs[i] = r.c.send(ctx, command{script: call.script, keys: call.keys, args: call.args}).AsIntSlice()
 			}()
 		}
 		wg.Wait()
