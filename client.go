@@ -41,8 +41,10 @@ package relock
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -210,6 +212,8 @@ func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, er
 	if ro.ClientName == "" {
 		ro.ClientName = ClientNamePrefix + id
 	}
+	var guard atomic.Pointer[callGuard] // the Client's, once made
+	ro.DialCtxFn = watchConns(ro, &guard)
 	rdb, err := connect(ctx, ro)
 	if err != nil {
 		return nil, &opError{op: "new", err: err}
@@ -217,8 +221,58 @@ func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, er
 	c, err := newClient(rdb, false, id, o)
 	if err != nil {
 		rdb.Close()
+		return nil, err
 	}
-	return c, err
+	guard.Store(&c.guard)
+	return c, nil
+}
+
+// watchConns returns ro's dial function, whose connections tell the Client's guard (once there is a
+// Client) when they break: the calls that then find the connection being dialled again wait for the dial
+// whatever their context (see callGuard). rueidis reads a connection that pipelines all the time, and so
+// sees it break, and dials it again, before any call does. (A connection that is not a *net.TCPConn or a
+// *tls.Conn is one rueidis cannot turn Nagle's algorithm on for: with DisableTCPNoDelay, connections are
+// left unwatched.)
+func watchConns(ro rueidis.ClientOption, guard *atomic.Pointer[callGuard]) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	dialCtx, dialFn := ro.DialCtxFn, ro.DialFn
+	dial := func(ctx context.Context, dst string, dialer *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+		switch { // rueidis's own choice, when no DialCtxFn takes its place
+		case dialCtx != nil:
+			return dialCtx(ctx, dst, dialer, cfg)
+		case dialFn != nil:
+			return dialFn(dst, dialer, cfg)
+		case cfg != nil:
+			return (&tls.Dialer{NetDialer: dialer, Config: cfg}).DialContext(ctx, "tcp", dst)
+		}
+		return dialer.DialContext(ctx, "tcp", dst)
+	}
+	if ro.DisableTCPNoDelay {
+		return dial
+	}
+	return func(ctx context.Context, dst string, dialer *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+		conn, err := dial(ctx, dst, dialer, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return watchedConn{Conn: conn, guard: guard}, nil
+	}
+}
+
+// watchedConn is a connection of New's rueidis client: a read that fails (the connection broke, or is
+// being closed) tells the Client's guard.
+type watchedConn struct {
+	net.Conn
+	guard *atomic.Pointer[callGuard]
+}
+
+func (c watchedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil {
+		if g := c.guard.Load(); g != nil {
+			g.broke()
+		}
+	}
+	return n, err
 }
 
 // redisOption returns the rueidis configuration New makes from addrs (see NewContext) and base, what

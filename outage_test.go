@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -641,4 +642,56 @@ func TestNextCallDoesNotWaitForAnUndoRedisCannotAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	next("killed")
+}
+
+// A call that finds its connection being dialled again returns by its own deadline even when no call saw
+// the connection break: New's client reads a connection that pipelines all the time, and dials it again
+// as soon as it breaks. Here the connections are reset while nothing is in flight, the server then
+// accepts connections and never answers, and a call without a deadline re-dials (rueidis's 5 s dial
+// timeout): calls with a 200 ms deadline made meanwhile return within it. Before, they waited for that
+// dial (4.9 s): relock guarded calls only after one of its own calls had met a broken connection.
+func TestCallsDuringAQuietRedialKeepTheirDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	c := clientAt(t, proxy.Addr, oneConnection())
+	ctx := ctxTimeout(t, 20*time.Second)
+	var wg sync.WaitGroup
+	for i := range 20 { // calls at once: the connection pipelines
+		wg.Add(1)
+		go func() { defer wg.Done(); _, _ = c.Lock(fmt.Sprint("warm", i)).IsLocked(ctx) }()
+	}
+	wg.Wait()
+	proxy.Stall(faultnet.Downstream, true)
+	proxy.Cut()
+	time.Sleep(200 * time.Millisecond) // rueidis sees the connection reset; no call of relock's does
+	slow := make(chan struct{})
+	go func() {
+		defer close(slow)
+		_, _ = c.Lock("slow").IsLocked(context.Background()) // dials into the stall
+	}()
+	defer func() {
+		proxy.Stall(faultnet.Downstream, false)
+		proxy.Cut()
+		<-slow
+	}()
+	time.Sleep(100 * time.Millisecond)
+	var calls sync.WaitGroup
+	for i := range 8 {
+		calls.Add(1)
+		go func() {
+			defer calls.Done()
+			opCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := c.Lock(fmt.Sprint("quick", i)).IsLocked(opCtx)
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("IsLocked with a 200 ms deadline returned after %v (%v)", d, err)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("IsLocked = %v, want context.DeadlineExceeded", err)
+			}
+		}()
+	}
+	calls.Wait()
 }

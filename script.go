@@ -300,11 +300,13 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 // free slot. Connections are dialled again only after one broke, which the call that met it reports as an
 // error that is not Redis's; so after such an error, for long enough that every dial it may cause has
 // ended (twice the dial timeout), calls are guarded by withinDeadline, and otherwise made on the caller's
-// goroutine at no cost. What this leaves unguarded: a connection first dialled lazily (rueidis spreads
-// calls over several per server) just as the server stops answering, or broken without a call seeing it
-// (rueidis's own PING found the server gone), or by the application's own use of a Client it passed to
-// Wrap, and the full ring, which takes more than a thousand calls in flight on one connection of a server
-// that stopped answering.
+// goroutine at no cost. A Client made by New also learns from its connections themselves when one breaks
+// (see watchConns): rueidis reads a connection that pipelines all the time, and dials it again as soon as
+// it breaks, before any call has seen an error. What this leaves unguarded: a connection first dialled
+// lazily (rueidis spreads calls over several per server) just as the server stops answering; on a rueidis
+// client given to Wrap, a connection that broke without a call of relock's seeing it (the application's
+// own calls, rueidis's reader or PING); and the full ring, which takes more than a thousand calls in
+// flight on one connection of a server that stopped answering.
 type callGuard struct {
 	window time.Duration
 	until  atomic.Int64 // UnixNano until which calls are guarded
