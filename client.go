@@ -184,8 +184,8 @@ func New(addrs []string, opts *Options) (*Client, error) {
 //
 // Each of addrs is a host:port, or addrs is one redis:// or rediss:// URL (as rueidis.ParseURL reads it:
 // user, password, database, TLS, dial timeout), which takes precedence over what Options.Redis says of the
-// same things (a TLSConfig in Options.Redis is kept). Addresses that are not, or none at all, give an
-// error matching ErrInvalidOptions that says what is wrong.
+// same things (a TLSConfig in Options.Redis is kept). An address that is neither, or no address at all,
+// gives an error matching ErrInvalidOptions that says what is wrong.
 //
 // New's rueidis client always pipelines (ClientOption.AlwaysPipelining), so that one call's context never
 // breaks a connection other calls share, and does not retry reads (DisableRetry), so that a read fails as
