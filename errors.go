@@ -288,8 +288,11 @@ var errSettling = errors.New("relock: an earlier call of this owner on the lock 
 // settlingError is errSettling, because of cause, the last failure of the settling: an error matching
 // ErrUnavailable, and cause unless it is a context's (the settling's attempt's, not the caller's).
 func settlingError(cause error) error {
-	if errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
+	switch {
+	case errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded):
 		return errorf("%w: %w (%v)", ErrUnavailable, errSettling, cause)
+	case errors.Is(cause, ErrUnavailable):
+		return errorf("%w (%w)", errSettling, cause)
 	}
 	return errorf("%w: %w (%w)", ErrUnavailable, errSettling, cause)
 }
