@@ -59,9 +59,12 @@ package relock
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +74,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relock-go/relock/internal/redisaddr"
 )
 
 // DefaultWatchdogTimeout is the time to live of a hold acquired without a lease, when Options leaves
@@ -105,9 +110,15 @@ type Options struct {
 	FairLockWaitTimeout time.Duration
 
 	// Redis is the configuration New starts from when it builds its rueidis client (authentication, TLS,
-	// timeouts, ...). New sets InitAddress from its addrs argument when that is not empty, disables
-	// client-side caching, which relock does not use, and sets ClientName when it is empty (see
-	// ClientNamePrefix). Wrap ignores it.
+	// timeouts, ...). New sets InitAddress (and what a URL says) from its addrs argument when that is not
+	// empty, disables client-side caching, which relock does not use, and retries (DisableRetry), makes
+	// the client always pipeline (AlwaysPipelining; see NewContext), and sets ClientName when it is empty
+	// (see ClientNamePrefix). Wrap ignores it.
+	//
+	// Its timeouts bound the calls made without a deadline while Redis is unreachable: a call fails as
+	// soon as its connection is refused, or after Dialer.Timeout (5 s by default) when the dial gets no
+	// answer; on a connection whose server stops answering, after about ConnWriteTimeout plus twice
+	// Dialer.KeepAlive (12 s by default), when rueidis gives the connection up.
 	Redis rueidis.ClientOption
 
 	// TracerProvider gives the tracer of relock's spans. Nil means the global one (otel.GetTracerProvider),
@@ -191,29 +202,39 @@ func New(addrs []string, opts *Options) (*Client, error) {
 // cluster reads its topology), for no longer than ctx allows nor the dial timeout. When no connection could
 // be made it returns an error matching ErrUnavailable, with the cause (and ctx.Err(), when ctx ended first).
 // ctx bounds only the connection made here: the Client is not tied to it afterwards.
+//
+// Each of addrs is a host:port, or addrs is one redis:// or rediss:// URL (as rueidis.ParseURL reads it:
+// user, password, database, TLS, dial timeout), which takes precedence over what Options.Redis says of the
+// same things (a TLSConfig in Options.Redis is kept). An address that is neither, or no address at all,
+// gives an error matching ErrInvalidOptions that says what is wrong.
+//
+// New's rueidis client always pipelines (ClientOption.AlwaysPipelining), so that one call's context never
+// breaks a connection other calls share, and does not retry reads (DisableRetry), so that a read fails as
+// soon as Redis cannot be reached, as every other call does. Both are set whatever Options.Redis says.
 func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
-	ro := o.Redis
-	if len(addrs) > 0 {
-		ro.InitAddress = addrs
-	}
-	if len(ro.InitAddress) == 0 {
-		return nil, &opError{op: "new", err: ErrInvalidOptions}
+	ro, err := redisOption(addrs, o.Redis)
+	if err != nil {
+		return nil, &opError{op: "new", err: err}
 	}
 	ro.DisableCache = true
+	ro.AlwaysPipelining = true
+	ro.DisableRetry = true
 	if _, err := o.validate(); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, &opError{op: "new", err: fmt.Errorf("%w: %w", ErrUnavailable, err)}
+		return nil, &opError{op: "new", err: errorf("%w: %w", ErrUnavailable, err)}
 	}
 	id := uuid.NewString()
 	if ro.ClientName == "" {
 		ro.ClientName = ClientNamePrefix + id
 	}
+	var guard atomic.Pointer[callGuard] // the Client's, once made
+	ro.DialCtxFn = watchConns(ro, &guard)
 	rdb, err := connect(ctx, ro)
 	if err != nil {
 		return nil, &opError{op: "new", err: err}
@@ -221,12 +242,120 @@ func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, er
 	c, err := newClient(rdb, false, id, o)
 	if err != nil {
 		rdb.Close()
+		return nil, err
 	}
-	return c, err
+	guard.Store(&c.guard)
+	return c, nil
+}
+
+// watchConns returns ro's dial function, whose connections tell the Client's guard (once there is a
+// Client) when they break: the calls that then find the connection being dialled again wait for the dial
+// whatever their context (see callGuard). rueidis reads a connection that pipelines all the time, and so
+// sees it break, and dials it again, before any call does. (A connection that is not a *net.TCPConn or a
+// *tls.Conn is one rueidis cannot turn Nagle's algorithm on for: with DisableTCPNoDelay, connections are
+// left unwatched.)
+func watchConns(ro rueidis.ClientOption, guard *atomic.Pointer[callGuard]) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	dialCtx, dialFn := ro.DialCtxFn, ro.DialFn
+	dial := func(ctx context.Context, dst string, dialer *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+		switch { // rueidis's own choice, when no DialCtxFn takes its place
+		case dialCtx != nil:
+			return dialCtx(ctx, dst, dialer, cfg)
+		case dialFn != nil:
+			return dialFn(dst, dialer, cfg)
+		case cfg != nil:
+			return (&tls.Dialer{NetDialer: dialer, Config: cfg}).DialContext(ctx, "tcp", dst)
+		}
+		return dialer.DialContext(ctx, "tcp", dst)
+	}
+	if ro.DisableTCPNoDelay {
+		return dial
+	}
+	return func(ctx context.Context, dst string, dialer *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+		conn, err := dial(ctx, dst, dialer, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return watchedConn{Conn: conn, guard: guard}, nil
+	}
+}
+
+// watchedConn is a connection of New's rueidis client: a read that fails (the connection broke, or is
+// being closed) tells the Client's guard.
+type watchedConn struct {
+	net.Conn
+	guard *atomic.Pointer[callGuard]
+}
+
+func (c watchedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil {
+		if g := c.guard.Load(); g != nil {
+			g.broke()
+		}
+	}
+	return n, err
+}
+
+// redisOption returns the rueidis configuration New makes from addrs (see NewContext) and base, what
+// Options.Redis says.
+func redisOption(addrs []string, base rueidis.ClientOption) (rueidis.ClientOption, error) {
+	if len(addrs) == 0 {
+		addrs = base.InitAddress
+		if len(addrs) == 0 {
+			return base, errorf("%w: no Redis address: addrs and Options.Redis.InitAddress are both empty", ErrInvalidOptions)
+		}
+	}
+	parsed, err := redisaddr.Parse(addrs)
+	if err != nil {
+		return base, errorf("%w: %v", ErrInvalidOptions, err)
+	}
+	ro := base
+	ro.InitAddress = parsed.InitAddress
+	if !strings.Contains(addrs[0], "://") {
+		return ro, nil
+	}
+	// What the URL says of the connection.
+	if parsed.Username != "" || parsed.Password != "" {
+		ro.Username, ro.Password = parsed.Username, parsed.Password
+	}
+	if parsed.SelectDB != 0 {
+		ro.SelectDB = parsed.SelectDB
+	}
+	if parsed.TLSConfig != nil && ro.TLSConfig == nil {
+		ro.TLSConfig = parsed.TLSConfig
+	}
+	if parsed.Dialer.Timeout != 0 {
+		ro.Dialer.Timeout = parsed.Dialer.Timeout
+	}
+	if parsed.ConnWriteTimeout != 0 {
+		ro.ConnWriteTimeout = parsed.ConnWriteTimeout
+	}
+	if parsed.DialCtxFn != nil { // unix://
+		ro.DialCtxFn = parsed.DialCtxFn
+	}
+	if parsed.ClientName != "" {
+		ro.ClientName = parsed.ClientName
+	}
+	if parsed.Sentinel.MasterSet != "" {
+		ro.Sentinel.MasterSet = parsed.Sentinel.MasterSet
+	}
+	ro.AlwaysRESP2 = ro.AlwaysRESP2 || parsed.AlwaysRESP2
+	return ro, nil
 }
 
 // Wrap returns a Client that uses rdb, a rueidis client the caller already has. Close stops what relock
 // started (its goroutines and its subscription connection) and leaves rdb open.
+//
+// Two of rdb's options matter while Redis is down or stalled; New sets both (see NewContext), Wrap cannot:
+//
+//   - AlwaysPipelining: without it, rueidis runs a call that is alone on its connection under a connection
+//     deadline set from the call's context, whose expiry closes the connection and fails every other call
+//     on it, relock's or the application's. relock reports such a failure as an outage whose outcome is
+//     unknown (ErrUnavailable), and undoes or completes what it may have done, but the caller sees it.
+//   - DisableRetry: without it, rueidis retries a read-only command until its context ends while Redis is
+//     unreachable. relock's reads (IsLocked, RemainingTTL, HoldCount, AvailablePermits, Count...) made on
+//     rdb then give up after 10 s when their context allows longer, with an error matching ErrUnavailable,
+//     where New's fail at once.
 func Wrap(rdb rueidis.Client, opts *Options) (*Client, error) {
 	if rdb == nil {
 		return nil, &opError{op: "wrap", err: ErrNilClient}
@@ -260,9 +389,9 @@ func connect(ctx context.Context, ro rueidis.ClientOption) (rueidis.Client, erro
 	case m := <-done:
 		if m.err != nil {
 			if cerr := ctx.Err(); cerr != nil {
-				return nil, fmt.Errorf("%w: %w (%w)", ErrUnavailable, cerr, m.err)
+				return nil, errorf("%w: %w (%w)", ErrUnavailable, cerr, m.err)
 			}
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, m.err)
+			return nil, connectError(m.err)
 		}
 		return m.rdb, nil
 	case <-ctx.Done():
@@ -271,7 +400,7 @@ func connect(ctx context.Context, ro rueidis.ClientOption) (rueidis.Client, erro
 				m.rdb.Close()
 			}
 		}()
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		return nil, errorf("%w: %w", ErrUnavailable, ctx.Err())
 	}
 }
 
@@ -290,7 +419,7 @@ func (o Options) validate() (Options, error) {
 	o.WatchdogTimeout = roundUpToMillis(o.WatchdogTimeout)
 	switch {
 	case o.FairLockWaitTimeout < 0:
-		return o, &opError{op: "new", err: ErrInvalidDuration}
+		return o, &opError{op: "new", err: errorf("%w: %w: negative fair lock wait timeout", ErrInvalidOptions, ErrInvalidDuration)}
 	case o.FairLockWaitTimeout == 0:
 		o.FairLockWaitTimeout = defaultFairLockWaitTimeout
 	}

@@ -26,7 +26,7 @@ func (m *composite) init(parts []Lockable, try func(ctx context.Context, op stri
 	m.parts, m.try = make([]*RLock, len(parts)), try
 	names := make([]string, 0, len(parts))
 	if len(parts) == 0 {
-		m.err = ErrInvalidOptions
+		m.err = errorf("%w: no parts", ErrInvalidOptions)
 	}
 	for i, p := range parts {
 		l, ok := p.(*RLock)
@@ -34,7 +34,7 @@ func (m *composite) init(parts []Lockable, try func(ctx context.Context, op stri
 		case p == nil || ok && l == nil:
 			m.err = ErrNilClient
 		case !ok:
-			m.err = ErrInvalidOptions // not one of relock's locks
+			m.err = errorf("%w: part %d is a %T, not one of relock's locks", ErrInvalidOptions, i, p)
 		default:
 			m.parts[i] = l
 			names = append(names, l.Name())
@@ -207,17 +207,18 @@ func (m *composite) fanOut(fn func(i int, p *RLock)) {
 }
 
 // release ends a failed round: it unlocks the parts marked in got, and waits for the parts whose attempt
-// had an unknown outcome (errs) to undo it themselves, at once, even if ctx has ended, each within
-// timeout. So a failed round leaves nothing it took behind, wherever Redis answers in time; a part whose
-// server does not completes its release or undo in the background (see RLock.Unlock).
+// may have run unseen (errs) to undo it themselves, each within timeout and ctx. So a failed round leaves
+// nothing it took behind, wherever Redis answers in time; a part whose server does not, or whose release
+// ctx leaves no time for, completes its release or undo in the background (see RLock.Unlock), and the
+// composite call returns by ctx's deadline.
 func (m *composite) release(ctx context.Context, got []bool, errs []error, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	m.fanOut(func(i int, p *RLock) {
 		switch {
 		case got[i]:
-			_ = p.Unlock(ctx)
-		case errs[i] != nil && outcomeUnknown(errs[i]):
+			_ = p.Unlock(ctx) // releases in the background if ctx has ended
+		case errs[i] != nil && mayHaveRun(errs[i]):
 			p.settled(ctx)
 		}
 	})

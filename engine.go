@@ -102,7 +102,7 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	ao := acquireOp{kind: l.kind, name: l.name, channel: l.spec.waitChannel(call.field), wait: wait}
 	ok, err := l.c.acquire(ctx, ao, func(ctx context.Context) (bool, time.Duration, error) {
 		ok, wait, err := l.attempt(ctx, parent, k, lease, ttl, call)
-		lateJoin = lateJoin || call.join && outcomeUnknown(err)
+		lateJoin = lateJoin || call.join && mayHaveRun(err)
 		return ok, wait, err
 	})
 	if call.join {
@@ -142,7 +142,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 		reply, err = l.c.scripts.runAcquire(ctx, sc)
 	}
 	if err != nil {
-		if outcomeUnknown(err) {
+		if mayHaveRun(err) { // an attempt that never reached Redis (unsent) leaves nothing to undo
 			l.undoAcquire(k, ttl, call.attempt)
 		}
 		return false, 0, err
@@ -208,7 +208,8 @@ const undoMarkTTL = 2 * time.Second
 // on a connection), so that an undo that overtakes its attempt does not leave an orphaned hold level.
 // Trying again after an attempt whose outcome is unknown is therefore safe; the undo keeps trying until
 // Redis answers or the hold it might undo has expired anyway. Until it is done, the same owner's next
-// operation on this lock waits.
+// operation on this lock waits, or, while the undo cannot reach Redis, fails when its next attempt does
+// (see holdTable.prepare).
 func (l *RLock) undoAcquire(k holdKey, ttl time.Duration, attempt string) {
 	prior, done := l.c.holds.settle(k)
 	expected := strconv.FormatInt(prior+1, 10)
@@ -218,9 +219,12 @@ func (l *RLock) undoAcquire(k holdKey, ttl time.Duration, attempt string) {
 	ran := l.c.goBackground(func(life context.Context) {
 		left := l.c.retryUnknown(life, time.Now().Add(ttl), func(ctx context.Context) (int64, error) {
 			if applied, err := l.c.scripts.runInt(ctx, decide); err != nil || applied == 0 {
+				l.c.holds.settleFailing(k, err)
 				return -1, err // not run, and now it never will
 			}
-			return l.release(ctx, call)
+			left, err := l.release(ctx, call)
+			l.c.holds.settleFailing(k, err)
+			return left, err
 		})
 		done(left) // -1 (the acquisition did not run, or no answer): the count stays what it was
 	})
@@ -304,7 +308,7 @@ func (l *RLock) unlock(ctx context.Context) error {
 // again, until Redis answers (LOADING and the like are no answer: see retryUnknown) or the hold would have
 // expired. A repeated request never releases twice. If it is the owner's last hold, the hold ends at once
 // for the Client: the watchdog stops renewing it and its contexts end with context.Canceled. The owner's
-// next operation on the lock waits for the release.
+// next operation on the lock waits for the release, as for an undo (see undoAcquire).
 func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 	call = repeating(call)
 	after, deadline, done := l.c.holds.unlocking(k)
@@ -318,7 +322,9 @@ func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 			}
 		}
 		left := l.c.retryUnknown(life, deadline, func(ctx context.Context) (int64, error) {
-			return l.release(ctx, call)
+			left, err := l.release(ctx, call)
+			l.c.holds.settleFailing(k, err)
+			return left, err
 		})
 		done(max(left, 0)) // not held, or no answer until the hold's expiry: the hold is over
 	})

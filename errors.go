@@ -57,12 +57,18 @@ var (
 	// ErrNotFenced means FencingToken was called on a lock made without WithFencing.
 	ErrNotFenced = errors.New("relock: lock is not fenced")
 
-	// ErrInvalidOptions means the Options given to New or Wrap cannot work (for example, no Redis address,
-	// or a watchdog timeout below MinWatchdogTimeout).
+	// ErrInvalidOptions means a configuration cannot work: the Options or addresses given to New or Wrap
+	// (no Redis address, an address that is neither host:port nor a redis:// or rediss:// URL, a watchdog
+	// timeout below MinWatchdogTimeout), or the parts of a MultiLock or RedLock. The message says what is
+	// wrong.
 	ErrInvalidOptions = errors.New("relock: invalid options")
 
-	// ErrUnavailable means New or NewContext could not connect to Redis (down, unreachable, not answering)
-	// before the dial timeout or the context ended. It wraps the cause.
+	// ErrUnavailable means Redis could not be reached or did not answer, in any operation (New and
+	// NewContext included): the connection could not be made (refused, unreachable, timed out), it broke,
+	// the server stopped answering, or it answered that it cannot serve now (LOADING, MASTERDOWN,
+	// CLUSTERDOWN, TRYAGAIN). It wraps the cause. A call that could not reach Redis changed nothing; one
+	// whose reply was lost is settled as its operation documents (an acquisition is undone, a release
+	// completed, in the background). Trying again later is the remedy.
 	ErrUnavailable = errors.New("relock: redis unavailable")
 )
 
@@ -83,22 +89,30 @@ var (
 	errHoldGone     = fmt.Errorf("%w: the hold is gone from Redis", ErrLockLost)
 	errRenewTimeout = fmt.Errorf("%w: not renewed before it expired", ErrLockLost)
 	errLeaseExpired = fmt.Errorf("%w: its lease ran out", ErrLockLost)
-	errClientClosed = fmt.Errorf("%w: %w", ErrLockLost, ErrClosed) // a Client that stopped without giving its holds up
+	errClientClosed = errorf("%w: %w", ErrLockLost, ErrClosed) // a Client that stopped without giving its holds up
 )
 
 // errGivenUp is the cause of a hold's context when Close gave the hold up: its Client released it, as its
 // owner's Unlock would have (context.Canceled), because it was closed (ErrClosed). It is not a loss.
-var errGivenUp = fmt.Errorf("%w: the hold was given up (%w)", ErrClosed, context.Canceled)
+var errGivenUp = errorf("%w: the hold was given up (%w)", ErrClosed, context.Canceled)
 
 // errUnexpectedReply means a script answered in a shape it never produces: the key was changed by
 // something that does not follow the lock's layout, or the script is not the one relock sent.
 var errUnexpectedReply = errors.New("relock: unexpected reply from Redis")
 
-// errInterrupted is a call's failure when its connection broke under it because of another call: rueidis
-// closes a connection when the context of a call alone on it ends mid-call, and the calls that share the
-// connection fail with that context's error, although their own has not ended. Like any broken
-// connection, its outcome is unknown and it is transient.
+// errInterrupted is a call's failure when its connection broke under it because of another call, on a
+// rueidis client given to Wrap that does not always pipeline: rueidis then runs a call alone on its
+// connection under the connection's deadline, set to the call's context's, whose expiry closes the
+// connection, and the calls that share it fail with that context's error, although their own has not
+// ended. Like any broken connection, its outcome is unknown and it is transient. (New always pipelines:
+// see Client.exec.)
 var errInterrupted = errors.New("relock: the connection broke under the call")
+
+// errNotConnected is a call's failure when the connection it waited for could not be made because of
+// another call: rueidis dials a connection, and sends its handshake, under the context of the call that
+// needed it first, and the calls that wait for it fail with that context's error when it ends first. The
+// call was never sent.
+var errNotConnected = errors.New("relock: the connection could not be made")
 
 // errReplyLost is the failure of a plain semaphore's acquisition whose reply was lost after it was sent
 // (the connection broke): it may have taken permits that nobody holds now, and nothing in Redis tells. A
@@ -114,18 +128,73 @@ type opError struct {
 
 func (e *opError) Error() string {
 	var b strings.Builder
-	b.WriteString("relock: ")
+	b.WriteString(errPrefix)
 	b.WriteString(e.op)
 	if e.name != "" {
 		b.WriteByte(' ')
 		b.WriteString(strconv.Quote(e.name))
 	}
 	b.WriteString(": ")
-	b.WriteString(strings.TrimPrefix(e.err.Error(), "relock: "))
+	b.WriteString(trimNested(e.err.Error()))
 	return b.String()
 }
 
 func (e *opError) Unwrap() error { return e.err }
+
+// errPrefix starts the text of every error relock returns, once.
+const errPrefix = "relock: "
+
+// trimNested removes errPrefix from the texts of the errors nested in msg: at its start, and after a
+// space, "(" or a newline (errors.Join), where the text of a wrapped error begins.
+func trimNested(msg string) string {
+	if !strings.Contains(msg, errPrefix) {
+		return msg
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, errPrefix)
+		if i < 0 {
+			break
+		}
+		if i == 0 || msg[i-1] == ' ' || msg[i-1] == '(' || msg[i-1] == '\n' {
+			b.WriteString(msg[:i])
+		} else {
+			b.WriteString(msg[:i+len(errPrefix)])
+		}
+		msg = msg[i+len(errPrefix):]
+	}
+	b.WriteString(msg)
+	return b.String()
+}
+
+// textError is an error with a text of its own, wrapping err.
+type textError struct {
+	msg string
+	err error
+}
+
+func (e *textError) Error() string { return e.msg }
+func (e *textError) Unwrap() error { return e.err }
+
+// errorf is fmt.Errorf, with errPrefix kept only at the start of the text.
+func errorf(format string, a ...any) error {
+	err := fmt.Errorf(format, a...)
+	msg := err.Error()
+	trimmed := trimNested(msg)
+	if strings.HasPrefix(msg, errPrefix) {
+		trimmed = errPrefix + trimmed
+	}
+	return &textError{msg: trimmed, err: err}
+}
+
+// unavailable returns err, a failure to reach Redis or to get its answer, as an error matching
+// ErrUnavailable and err.
+func unavailable(err error) error {
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return errorf("%w: %w", ErrUnavailable, err)
+}
 
 // wrapErrCtx attaches op and name to err, an error of an operation made with ctx, translating rueidis's
 // closing error into ErrClosed. Once ctx has ended, the error matches ctx's error (errors.Is), whatever
@@ -138,6 +207,9 @@ func wrapErrCtx(ctx context.Context, op, name string, err error) error {
 	if errors.Is(err, rueidis.ErrClosing) {
 		err = ErrClosed
 	}
+	if rerr, ok := redisReply(err); ok && transientReply(rerr) {
+		err = unavailable(err)
+	}
 	cerr := ctx.Err()
 	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
 		cerr = context.DeadlineExceeded
@@ -148,14 +220,44 @@ func wrapErrCtx(ctx context.Context, op, name string, err error) error {
 	return &opError{op: op, name: name, err: err}
 }
 
-// outcomeUnknown reports whether a failed command may nevertheless have run on the server: the request
-// may have been written before the connection broke or the context ended. A reply from Redis (even an
-// error reply) is a definite outcome.
+// connectError classifies the failure of rueidis.NewClient: a configuration rueidis refuses matches
+// ErrInvalidOptions; a reply of Redis (WRONGPASS, NOPERM...) is returned as it is; anything else means
+// Redis could not be reached (ErrUnavailable).
+func connectError(err error) error {
+	if _, ok := redisReply(err); ok {
+		return err
+	}
+	for _, e := range []error{rueidis.ErrNoCache, rueidis.ErrReplicaOnlyNotSupported, rueidis.ErrNoSendToReplicas, rueidis.ErrWrongPipelineMultiplex} {
+		if errors.Is(err, e) {
+			return errorf("%w: %w", ErrInvalidOptions, err)
+		}
+	}
+	if strings.Contains(err.Error(), "cannot be used together") { // rueidis.NewClient's conflicting options
+		return errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	return unavailable(err)
+}
+
+// redisReply returns the error reply of Redis that err is, or wraps.
+func redisReply(err error) (*rueidis.RedisError, bool) {
+	var rerr *rueidis.RedisError
+	return rerr, errors.As(err, &rerr)
+}
+
+// transientReply reports whether rerr is Redis saying it cannot serve now, without running the command:
+// a cluster failing over or down, a server loading its data, a replica without its master.
+func transientReply(rerr *rueidis.RedisError) bool {
+	return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(rerr.Error(), "MASTERDOWN")
+}
+
+// outcomeUnknown reports whether a failed command got no definite answer: Redis did not reply. It may
+// nevertheless have run on the server (see mayHaveRun), or have surely not been sent (unsent). A reply
+// from Redis (even an error reply) is a definite outcome.
 func outcomeUnknown(err error) bool {
-	if err == nil || rueidis.IsRedisNil(err) {
+	if err == nil {
 		return false
 	}
-	if _, ok := rueidis.IsRedisErr(err); ok {
+	if _, ok := redisReply(err); ok {
 		return false
 	}
 	// relock's own errors are definite: read from a reply (ErrUpgrade, errUnexpectedReply), or given
@@ -167,17 +269,46 @@ func outcomeUnknown(err error) bool {
 // transient reports whether err may well go away by itself soon: the connection broke or could not be
 // made, or a cluster is failing over or a server loading its data.
 func transient(err error) bool {
-	if rerr, ok := rueidis.IsRedisErr(err); ok {
-		return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(rerr.Error(), "MASTERDOWN")
+	if rerr, ok := redisReply(err); ok {
+		return transientReply(rerr)
+	}
+	if unsent(err) {
+		return true
 	}
 	return outcomeUnknown(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
 		!errors.Is(err, errReplyLost)
 }
 
-// unsent reports whether a failed call surely never reached the server: its connection could not be made.
+// mayHaveRun reports whether a failed command may have run on the server although no reply says so: the
+// request may have been written before the connection broke or the context ended. Only such a failure
+// leaves something to undo.
+func mayHaveRun(err error) bool {
+	return outcomeUnknown(err) && !unsent(err)
+}
+
+// errSettling is the failure of an operation that did not wait for the settling of an earlier operation
+// of its owner on the same lock, whose attempts fail (see holdTable.prepare). Nothing was sent.
+var errSettling = errors.New("relock: an earlier call of this owner on the lock got no answer, and is still being settled")
+
+// settlingError is errSettling, because of cause, the last failure of the settling: an error matching
+// ErrUnavailable, and cause unless it is a context's (the settling's attempt's, not the caller's).
+func settlingError(cause error) error {
+	switch {
+	case errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded):
+		return errorf("%w: %w (%v)", ErrUnavailable, errSettling, cause)
+	case errors.Is(cause, ErrUnavailable):
+		return errorf("%w (%w)", errSettling, cause)
+	}
+	return errorf("%w: %w (%w)", ErrUnavailable, errSettling, cause)
+}
+
+// unsent reports whether a failed call surely never reached the server: its connection could not be made
+// (the dial failed, or, for a call that waited for another call's dial, that call's context ended first;
+// rueidis sends nothing on a connection before it is made), or it did not wait for an earlier call to be
+// settled (errSettling).
 func unsent(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, errNotConnected) || errors.Is(err, errSettling)
 }
 
 // permanent reports whether err is one that trying again cannot mend.
@@ -194,8 +325,8 @@ func permanent(err error) bool {
 // twice: its connection could not be made, or the server answered that it cannot run commands now (a
 // server loading its data, a cluster failing over: LOADING, TRYAGAIN, CLUSTERDOWN, MASTERDOWN).
 func didNotRun(err error) bool {
-	if _, ok := rueidis.IsRedisErr(err); ok {
-		return transient(err)
+	if rerr, ok := redisReply(err); ok { // classify may have wrapped it (ErrUnavailable)
+		return transientReply(rerr)
 	}
 	return unsent(err)
 }

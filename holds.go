@@ -66,8 +66,12 @@ type hold struct {
 	giver    giver // see acquisition.giver
 	// settling is closed when the undo of an acquisition whose reply was lost, or the completion of an
 	// unlock whose reply was lost, is over. Until then the owner's next operation on this hold waits, so
-	// the undo or completion sees counts nobody else is changing.
-	settling chan struct{}
+	// the undo or completion sees counts nobody else is changing; but only until one of the settling's
+	// attempts fails (Redis unreachable): see holdTable.prepare. settleFailed is closed (and replaced) at
+	// each failure; settleErr is the last one.
+	settling     chan struct{}
+	settleFailed chan struct{}
+	settleErr    error
 	// ctx ends, with the hold's end as cause, when the hold ends; made by the first holdContext call.
 	// derived memoizes, by parent, the contexts holdContext derived from it for a parent that can end, so
 	// that calling holdContext again and again with one parent costs no memory.

@@ -177,7 +177,7 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 			sentAt := time.Now()
 			reply, err := s.c.scripts.runAcquire(ctx, scriptCall{script: scriptPermitAcquire, keys: s.permitKeys, args: []string{ttlArg, id, publish}})
 			if err != nil {
-				if outcomeUnknown(err) {
+				if mayHaveRun(err) {
 					s.giveBack(id) // it may have been taken: give it back, or it comes back at its expiry
 				}
 				return false, 0, err

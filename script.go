@@ -81,14 +81,97 @@ var (
 	scriptCounterRead      = loadScript("counter_read")
 )
 
-// run is the one path every script takes to Redis: each call is a single round trip (EVALSHA; EVAL only
-// after NOSCRIPT). Scripts are never retried on a network error, because none of them is idempotent. A
+// run runs one script through the one path (see exec): a single round trip (EVALSHA; EVAL only after
+// NOSCRIPT). Scripts are never retried on a network error, because none of them is idempotent. A
 // script's refusal of a name in use by another kind comes back as a *KindError (kindReply).
 func (c *Client) run(ctx context.Context, s *script, keys, args []string) rueidis.RedisResult {
-	if !c.guard.needed(ctx) {
-		return kindReply(c.guard.observe(ctx, s.lua.Exec(ctx, c.rdb, keys, args)))
+	return kindReply(c.exec(ctx, command{script: s, keys: keys, args: args}))
+}
+
+// do runs one plain command (all of relock's are reads) through the one path (see exec).
+func (c *Client) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	return c.exec(ctx, command{cmd: cmd})
+}
+
+// command is one script run, or one plain command.
+type command struct {
+	script *script
+	keys   []string
+	args   []string
+	cmd    rueidis.Completed
+}
+
+func (k command) send(ctx context.Context, rdb rueidis.Client) rueidis.RedisResult {
+	if k.script != nil {
+		return k.script.lua.Exec(ctx, rdb, k.keys, k.args)
 	}
-	return kindReply(withinDeadline(ctx, func() rueidis.RedisResult { return c.guard.observe(ctx, s.lua.Exec(ctx, c.rdb, keys, args)) }, rueidis.NewErrorResult))
+	return rdb.Do(ctx, k.cmd)
+}
+
+// exec is the one path every call to Redis takes, and what bounds it:
+//
+//   - ctx: a call returns when ctx ends (see callGuard for the waits rueidis does not bound by it).
+//   - Redis unreachable: the call fails as soon as its connection cannot be made (refused, or the dial
+//     timeout, Options.Redis.Dialer.Timeout, 5 s by default), and rueidis does not retry it: New sets
+//     DisableRetry, and relock's scripts are never retried anyway. A rueidis client given to Wrap retries
+//     read-only commands until their context ends, unless its DisableRetry is set: relock's reads on it
+//     (IsLocked, RemainingTTL, HoldCount, AvailablePermits, Count, Observe...) give up after
+//     wrappedReadBound when ctx allows longer.
+//   - Redis not answering on an established connection: rueidis gives the connection up, failing the
+//     calls on it, when its PING (sent every Dialer.KeepAlive, 1 s by default, while the connection is
+//     quiet) gets no answer within ConnWriteTimeout (10 s by default): about 12 s by default.
+//
+// Its failures are classified here (see classify): a failure to reach Redis or to get its answer matches
+// ErrUnavailable, and one caused by another call's context is told apart from the caller's own.
+func (c *Client) exec(ctx context.Context, k command) rueidis.RedisResult {
+	if c.borrowed && k.script == nil {
+		if bctx, stop, ok := boundRead(ctx); ok {
+			defer stop()
+			r := c.execGuarded(bctx, k)
+			if ctx.Err() == nil && errors.Is(context.Cause(bctx), errReadBound) {
+				return rueidis.NewErrorResult(unavailable(errReadBound))
+			}
+			return r
+		}
+	}
+	return c.execGuarded(ctx, k)
+}
+
+func (c *Client) execGuarded(ctx context.Context, k command) rueidis.RedisResult {
+	if !c.guard.needed(ctx) {
+		return c.send(ctx, k)
+	}
+	return withinDeadline(ctx, func() rueidis.RedisResult { return c.send(ctx, k) }, rueidis.NewErrorResult)
+}
+
+// send sends k, and sends it once more if it failed only because the connection it waited for could not
+// be made under another call's context (errNotConnected): it was never sent, and its own context allows
+// more. One caller's context then costs the others nothing but the wait.
+func (c *Client) send(ctx context.Context, k command) rueidis.RedisResult {
+	r := c.classify(ctx, k.send(ctx, c.rdb))
+	if errors.Is(r.NonRedisError(), errNotConnected) && ctx.Err() == nil {
+		r = c.classify(ctx, k.send(ctx, c.rdb))
+	}
+	return r
+}
+
+// wrappedReadBound bounds a read on a rueidis client given to Wrap, which may retry it until its context
+// ends while Redis is unreachable (see exec).
+const wrappedReadBound = 10 * time.Second
+
+// errReadBound is the failure of a read that got no answer within wrappedReadBound.
+var errReadBound = fmt.Errorf("no answer within %v", wrappedReadBound)
+
+// boundRead returns a context that ends with ctx, or with the cause errReadBound after wrappedReadBound,
+// when ctx would allow longer, and the function that releases it. It has no deadline: rueidis makes a
+// connection's deadline of a call's (see Client.exec), and a read's bound must not break a connection.
+func boundRead(ctx context.Context) (context.Context, func(), bool) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= wrappedReadBound {
+		return ctx, nil, false
+	}
+	bctx, cancel := context.WithCancelCause(ctx)
+	t := time.AfterFunc(wrappedReadBound, func() { cancel(errReadBound) })
+	return bctx, func() { t.Stop(); cancel(nil) }, true
 }
 
 // runner runs scripts whose replies are integers: the seam between rueidis and the state machines that
@@ -159,7 +242,7 @@ func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]in
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				b.replies[i], b.errs[i] = kindReply(r.c.guard.observe(ctx, call.script.lua.Exec(ctx, r.c.rdb, call.keys, call.args))).AsIntSlice()
+				b.replies[i], b.errs[i] = kindReply(r.c.send(ctx, command{script: call.script, keys: call.keys, args: call.args})).AsIntSlice()
 			}()
 		}
 		wg.Wait()
@@ -181,24 +264,30 @@ func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]in
 // reply: a server that does not support it, an ACL that denies it), nothing was acknowledged: runAcked
 // returns 0 replicas, and WAIT's error as refused.
 func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, replicas int64, timeout time.Duration) (resp rueidis.RedisResult, acked int64, refused, err error) {
-	wait := c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
-	call := func() []rueidis.RedisResult {
-		resps := c.rdb.DoMulti(ctx, c.rdb.B().Evalsha().Sha1(s.sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
-		if err, ok := rueidis.IsRedisErr(resps[0].Error()); ok && err.IsNoScript() {
-			wait = c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
-			resps = c.rdb.DoMulti(ctx, c.rdb.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
-		}
-		for i := range resps {
-			resps[i] = c.guard.observe(ctx, resps[i])
+	send := func() []rueidis.RedisResult {
+		var resps []rueidis.RedisResult
+		for range 2 { // once more after errNotConnected, as Client.send
+			wait := c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
+			resps = c.rdb.DoMulti(ctx, c.rdb.B().Evalsha().Sha1(s.sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
+			if err, ok := rueidis.IsRedisErr(resps[0].Error()); ok && err.IsNoScript() {
+				wait = c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
+				resps = c.rdb.DoMulti(ctx, c.rdb.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
+			}
+			for i := range resps {
+				resps[i] = c.classify(ctx, resps[i])
+			}
+			if !errors.Is(resps[0].NonRedisError(), errNotConnected) || ctx.Err() != nil {
+				break
+			}
 		}
 		resps[0] = kindReply(resps[0])
 		return resps
 	}
 	var resps []rueidis.RedisResult
 	if !c.guard.needed(ctx) {
-		resps = call()
+		resps = send()
 	} else {
-		resps = withinDeadline(ctx, call, func(err error) []rueidis.RedisResult {
+		resps = withinDeadline(ctx, send, func(err error) []rueidis.RedisResult {
 			return []rueidis.RedisResult{rueidis.NewErrorResult(err), rueidis.NewErrorResult(err)}
 		})
 	}
@@ -212,27 +301,22 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 	return resps[0], acked, nil, err
 }
 
-// do runs one plain command, under the same deadline guarantee as run.
-func (c *Client) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if !c.guard.needed(ctx) {
-		return c.guard.observe(ctx, c.rdb.Do(ctx, cmd))
-	}
-	return withinDeadline(ctx, func() rueidis.RedisResult { return c.guard.observe(ctx, c.rdb.Do(ctx, cmd)) }, rueidis.NewErrorResult)
-}
-
 // callGuard decides how a call whose context can end is made. rueidis honours a call's ctx while it
-// waits for a reply: a call alone on a connection sets the connection's deadline to ctx's (an expiry
-// breaks the connection), and a call queued behind others waits for its reply or ctx, whichever comes
-// first. Two waits ignore ctx: a call that finds its connection being dialled again waits for that dial,
-// which runs under the context of whichever call started it (rueidis bounds it by the dial timeout, for
-// the connection and again for the handshake); and a call that finds a connection's ring of pending
-// commands full waits for a free slot. Connections are dialled again only after one broke, which
-// the call that met it reports as an error that is not Redis's; so after such an error, for long enough
-// that every dial it may cause has ended (twice the dial timeout), calls are guarded by withinDeadline,
-// and otherwise made on the caller's goroutine at no cost. What this leaves unguarded: a connection first
-// dialled lazily (rueidis spreads calls over several per server) just as the server stops answering, or
-// broken by the application's own use of a Client it passed to Wrap, and the full ring, which takes more
-// than a thousand calls in flight on one connection of a server that stopped answering.
+// waits for a reply: on a connection that pipelines (New makes its client always pipeline) a call whose
+// ctx ends is abandoned and its reply discarded when it comes, the connection untouched. Two waits ignore
+// ctx: a call that finds its connection being dialled again waits for that dial, which runs under the
+// context of whichever call started it (rueidis bounds it by the dial timeout, for the connection and
+// again for the handshake); and a call that finds a connection's ring of pending commands full waits for a
+// free slot. Connections are dialled again only after one broke, which the call that met it reports as an
+// error that is not Redis's; so after such an error, for long enough that every dial it may cause has
+// ended (twice the dial timeout), calls are guarded by withinDeadline, and otherwise made on the caller's
+// goroutine at no cost. A Client made by New also learns from its connections themselves when one breaks
+// (see watchConns): rueidis reads a connection that pipelines all the time, and dials it again as soon as
+// it breaks, before any call has seen an error. What this leaves unguarded: a connection first dialled
+// lazily (rueidis spreads calls over several per server) just as the server stops answering; on a rueidis
+// client given to Wrap, a connection that broke without a call of relock's seeing it (the application's
+// own calls, rueidis's reader or PING); and the full ring, which takes more than a thousand calls in
+// flight on one connection of a server that stopped answering.
 type callGuard struct {
 	window time.Duration
 	until  atomic.Int64 // UnixNano until which calls are guarded
@@ -243,22 +327,33 @@ func (g *callGuard) needed(ctx context.Context) bool {
 	return ctx.Done() != nil && time.Now().UnixNano() < g.until.Load()
 }
 
-// observe notes a result of a call made with ctx that may mean a connection broke, and returns it. A
-// context's error that ctx does not explain is another call's (see errInterrupted): it is returned as
-// errInterrupted, and noted as the broken connection it is.
-func (g *callGuard) observe(ctx context.Context, r rueidis.RedisResult) rueidis.RedisResult {
+// broke notes that a connection broke, or could not be made.
+func (g *callGuard) broke() { g.until.Store(time.Now().Add(g.window).UnixNano()) }
+
+// classify returns r, its failure turned into relock's (see errors.go), and notes a broken connection in
+// the guard. A failure that is not Redis's reply nor the end of ctx is Redis unreachable or not answering:
+// it matches ErrUnavailable. A context's error that ctx does not explain is another call's: it comes from
+// a connection that another call was dialling, which its context cut short (errNotConnected: nothing was
+// sent), or, on a client given to Wrap that does not always pipeline, from a connection that another
+// call's deadline broke (errInterrupted: the outcome is unknown). It does not match a context's error:
+// the caller's context has not ended.
+func (c *Client) classify(ctx context.Context, r rueidis.RedisResult) rueidis.RedisResult {
 	err := r.NonRedisError()
-	if err == nil {
+	if err == nil || errors.Is(err, rueidis.ErrClosing) {
 		return r
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		if ownEnd(ctx, err) {
 			return r
 		}
-		r = rueidis.NewErrorResult(fmt.Errorf("%w (%v)", errInterrupted, err))
+		if c.borrowed && !unsent(err) {
+			err = fmt.Errorf("%w (%v)", errInterrupted, err)
+		} else {
+			err = fmt.Errorf("%w (%v)", errNotConnected, err)
+		}
 	}
-	g.until.Store(time.Now().Add(g.window).UnixNano())
-	return r
+	c.guard.broke()
+	return rueidis.NewErrorResult(unavailable(err))
 }
 
 // ownEnd reports whether err, a context's error, is ctx's own: ctx has ended, or err is a deadline's and

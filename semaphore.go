@@ -150,7 +150,7 @@ func (s *Semaphore) take(ctx context.Context, call scriptCall, unit int64) (int6
 
 // replyLost passes on a call's reply, its failure marked errReplyLost if the script may have run.
 func replyLost(n int64, err error) (int64, error) {
-	if err != nil && outcomeUnknown(err) && !unsent(err) {
+	if err != nil && mayHaveRun(err) {
 		err = fmt.Errorf("%w: %w", errReplyLost, err)
 	}
 	return n, err

@@ -5,7 +5,11 @@ import (
 	"time"
 )
 
-// prepare waits until nothing settles k, and returns the hold count known for it.
+// prepare waits until nothing settles k, and returns the hold count known for it. It waits for a
+// settling only until the settling's next attempt fails (Redis unreachable, or not answering): it then
+// fails with errSettling, which matches ErrUnavailable, and nothing is sent. (The settling goes on, until
+// Redis answers or the hold it settles would have expired.) So the owner's next operation waits for at
+// most one attempt, a second at worst (retryAttemptTimeout), while Redis does not answer.
 func (w *holdTable) prepare(ctx context.Context, k holdKey) (int64, error) {
 	for {
 		w.mu.Lock()
@@ -14,17 +18,44 @@ func (w *holdTable) prepare(ctx context.Context, k holdKey) (int64, error) {
 			w.mu.Unlock()
 			return 0, nil
 		}
-		count, settling := h.count, h.settling
+		count, settling, failed := h.count, h.settling, h.settleFailed
 		w.mu.Unlock()
 		if settling == nil {
 			return count, nil
 		}
 		select {
 		case <-settling:
+		case <-failed:
+			w.mu.Lock()
+			err := h.settleErr
+			w.mu.Unlock()
+			return 0, settlingError(err)
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// settleFailing notes that an attempt of the settling of k failed with err (nil: it did not fail), and
+// tells the operations waiting for the settling (see prepare).
+func (w *holdTable) settleFailing(k holdKey, err error) {
+	if err == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.holds[k]
+	if h == nil || h.settling == nil {
+		return
+	}
+	h.settleErr = err
+	close(h.settleFailed)
+	h.settleFailed = make(chan struct{})
+}
+
+// startSettlingLocked makes ch h's settling.
+func (h *hold) startSettlingLocked(ch chan struct{}) {
+	h.settling, h.settleFailed, h.settleErr = ch, make(chan struct{}), nil
 }
 
 // settle marks k as being settled; the returned func ends that, given the hold count then known
@@ -38,7 +69,7 @@ func (w *holdTable) settle(k holdKey) (prior int64, done func(count int64)) {
 	}
 	prior = h.count
 	ch := make(chan struct{})
-	h.settling = ch
+	h.startSettlingLocked(ch)
 	w.mu.Unlock()
 	return prior, w.settled(h, ch)
 }
@@ -73,7 +104,7 @@ func (w *holdTable) unlocking(k holdKey) (after <-chan struct{}, deadline time.T
 		w.holds[k] = h
 	}
 	ch := make(chan struct{})
-	h.settling = ch
+	h.startSettlingLocked(ch)
 	w.mu.Unlock()
 	e.report(w.c.tel)
 	return after, deadline, w.settled(h, ch)
@@ -88,7 +119,7 @@ func (w *holdTable) settled(h *hold, ch chan struct{}) func(count int64) {
 			h.count = count
 		}
 		if h.settling == ch {
-			h.settling = nil
+			h.settling, h.settleFailed, h.settleErr = nil, nil, nil
 		}
 		close(ch)
 		var e ending

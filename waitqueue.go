@@ -53,6 +53,16 @@ func (q *waitQueue) refreshArgs() []string {
 	return args
 }
 
+// leaveOnce removes the owner's entry from the queue: one script run.
+func (q *waitQueue) leaveOnce(ctx context.Context, k holdKey) (int64, error) {
+	pub, err := q.c.publishCommand(ctx, q.entries) // the queue is in the lock's slot
+	if err != nil {
+		return 0, err
+	}
+	return q.c.scripts.runInt(ctx, scriptCall{script: q.leave, keys: q.leaveKeys,
+		args: append([]string{k.field, q.message, pub}, q.leaveArgs...)})
+}
+
 // lateLeaves are the delays after which an owner that gave up leaves the queue again, when one of its
 // attempts to join may still run after the first leave (its reply was lost: the request may be queued
 // behind a slow connection, or on a server that was paused). An entry added later than that lives until
@@ -69,11 +79,17 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 		return
 	}
 	_, settled := q.c.holds.settle(ek)
-	leave := func(life context.Context) {
-		_ = q.giveUp(life, ek, time.Now().Add(q.c.watchdogTimeout))
+	leave := func(life context.Context, settling bool) {
+		_, _ = q.c.retry(life, time.Now().Add(q.c.watchdogTimeout), true, func(ctx context.Context) (int64, error) {
+			n, err := q.leaveOnce(ctx, ek)
+			if settling {
+				q.c.holds.settleFailing(ek, err) // the owner's next attempt need not wait for a Redis that is gone
+			}
+			return n, err
+		})
 	}
 	ran := q.c.goBackground(func(life context.Context) {
-		leave(life)
+		leave(life, true)
 		settled(0)
 		if !lateJoin {
 			return
@@ -81,14 +97,14 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 		for _, d := range lateLeaves { // the owner's next attempts do not wait for these
 			select {
 			case <-q.c.closing.Done(): // the Client is closing: leave once more now, not later
-				leave(life)
+				leave(life, false)
 				return
 			case <-time.After(d):
 			}
 			if q.c.holds.count(ek) > 0 {
 				return // the owner waits again: its entry is its new one, not the late one
 			}
-			leave(life)
+			leave(life, false)
 		}
 	})
 	if !ran {
@@ -100,13 +116,6 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 // Redis answers, life ends or deadline passes: when it gives up waiting, and for Close (see giver).
 // Leaving is safe to repeat.
 func (q *waitQueue) giveUp(life context.Context, k holdKey, deadline time.Time) error {
-	_, err := q.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) {
-		pub, err := q.c.publishCommand(ctx, q.entries) // the queue is in the lock's slot
-		if err != nil {
-			return 0, err
-		}
-		return q.c.scripts.runInt(ctx, scriptCall{script: q.leave, keys: q.leaveKeys,
-			args: append([]string{k.field, q.message, pub}, q.leaveArgs...)})
-	})
+	_, err := q.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) { return q.leaveOnce(ctx, k) })
 	return err
 }

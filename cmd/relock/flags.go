@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/redisaddr"
 )
 
 // defaultRedis is the address used when neither --redis nor $RELOCK_REDIS gives one.
@@ -99,26 +100,20 @@ func parseName(fs *flag.FlagSet, args []string) (string, error) {
 	return pos[0], nil
 }
 
-// redisOption turns --redis into a rueidis configuration.
+// redisOption turns --redis into a rueidis configuration: comma-separated host:port addresses, or a URL,
+// read as relock.New reads its addresses.
 func (c *common) redisOption() (rueidis.ClientOption, error) {
 	addr := strings.TrimSpace(c.redis)
 	if addr == "" {
 		return rueidis.ClientOption{}, fmt.Errorf("%w: --redis is empty", errUsage)
 	}
-	if strings.Contains(addr, "://") {
-		o, err := rueidis.ParseURL(addr)
-		if err != nil {
-			return o, fmt.Errorf("%w: --redis %q: %v", errUsage, addr, err)
-		}
-		return o, nil
+	addrs := []string{addr}
+	if !strings.Contains(addr, "://") {
+		addrs = strings.Split(addr, ",")
 	}
-	var o rueidis.ClientOption
-	for _, a := range strings.Split(addr, ",") {
-		a = strings.TrimSpace(a)
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return o, fmt.Errorf("%w: --redis %q: want host:port: %v", errUsage, a, err)
-		}
-		o.InitAddress = append(o.InitAddress, a)
+	o, err := redisaddr.Parse(addrs)
+	if err != nil {
+		return o, fmt.Errorf("%w: --redis: %v", errUsage, err)
 	}
 	return o, nil
 }
