@@ -333,14 +333,19 @@ func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 	}
 }
 
-// giveUp releases every level of the hold k, for Close (see giver): one release after another until the
-// owner holds nothing. A release whose reply was lost is sent again as it is, and may then take one more
-// level than was meant: at Close that is harmless, since the Client gives up all of its owner's levels and
-// no other Client can hold a field of its owner.
+// giveUp releases every level of the hold k, for Close or a hold the watchdog ended as lost (see giver): one
+// release after another until the owner holds nothing. A release whose reply was lost is sent again as it
+// is, and may then take one more level than was meant: that is harmless, since all of the owner's levels
+// are being given up, the owner's next operation on the lock waits for it, and no other Client can hold a
+// field of its owner.
 func (l *RLock) giveUp(life context.Context, k holdKey, deadline time.Time) error {
 	call := releaseCall{field: k.field}
 	for {
-		left, err := l.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) { return l.release(ctx, call) })
+		left, err := l.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) {
+			left, err := l.release(ctx, call)
+			l.c.holds.settleFailing(k, err) // an owner waiting for this (see holdTable.timedOutLocked) need not wait for a Redis that is gone
+			return left, err
+		})
 		if err != nil || left <= 0 {
 			return err
 		}

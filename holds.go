@@ -133,8 +133,9 @@ func newHoldTable(c *Client, timeout time.Duration) *holdTable {
 	}
 }
 
-// giver is what gives up a Client's hold at Close: a lock kind releases the hold wholly, a permit
-// semaphore gives the permit back, a wait queue takes the waiting owner out. A giver is the object that
+// giver is what gives up a Client's hold at Close, and a hold the watchdog ended as lost although Redis may
+// still have it (see timedOutLocked): a lock kind releases the hold wholly, a permit semaphore gives the
+// permit back, a wait queue takes the waiting owner out. A giver is the object that
 // made the hold (an *RLock, ...): recording it costs an acquisition nothing.
 type giver interface {
 	// giveUp gives up the hold k in Redis, announcing it as its owner's release would, trying until

@@ -216,6 +216,7 @@ func (s *PermitSemaphore) giveBack(ids ...string) {
 func (s *PermitSemaphore) giveUp(life context.Context, k holdKey, deadline time.Time) error {
 	_, err := s.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) {
 		_, err := s.release(ctx, k.field)
+		s.c.holds.settleFailing(k, err)
 		return 0, err
 	})
 	return err

@@ -89,6 +89,7 @@ func (w *holdTable) tick(now time.Time) time.Duration {
 	horizon := now.Add(w.timeout / 6)
 	var due, later []*hold
 	var ended []ending
+	var gives []func()
 	for len(w.queue) > 0 && !w.queue[0].next.After(horizon) {
 		h := heap.Pop(&w.queue).(*hold)
 		switch {
@@ -96,11 +97,11 @@ func (w *holdTable) tick(now time.Time) time.Duration {
 			// Past its expiry: its lease ran out, or it could not be renewed in time (this process was
 			// stopped, or starved of CPU). Redis has dropped it, and the holder must hear so at once, not
 			// after a round trip.
-			cause := errRenewTimeout
 			if !h.renews {
-				cause = errLeaseExpired
+				ended = append(ended, w.endLocked(h, errLeaseExpired))
+				break
 			}
-			ended = append(ended, w.endLocked(h, cause))
+			ended = append(ended, w.timedOutLocked(h, now, &gives))
 		case h.renew.script == nil || !h.renews && !h.next.Before(h.expiresAt):
 			later = append(later, h) // a lease hold whose next event is the end of its lease
 		default:
@@ -134,6 +135,9 @@ func (w *holdTable) tick(now time.Time) time.Duration {
 	}
 	w.mu.Unlock()
 	reportAll(w.c.tel, ended)
+	for _, give := range gives {
+		give()
+	}
 	if len(due) > 0 {
 		w.renew(due, jobs, now, deadline)
 	}
@@ -222,6 +226,7 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 	w.mu.Lock()
 	now := time.Now()
 	var ended []ending
+	var gives []func()
 	var failures []renewalFailure
 	var renewed, failed, gone int64
 	for i, h := range due {
@@ -255,7 +260,7 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 			ended = append(ended, w.endLocked(h, lostToKind(h.kind, results[i])))
 		case w.closed || !now.Before(h.expiresAt):
 			failed++
-			ended = append(ended, w.endLocked(h, errRenewTimeout))
+			ended = append(ended, w.timedOutLocked(h, now, &gives))
 		default:
 			// No answer: not a loss until the hold's expiry. Try again soon.
 			if h.renews {
@@ -291,6 +296,42 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 	}
 	t.reportRenewalFailures(failures, err)
 	reportAll(t, ended)
+	for _, give := range gives {
+		give()
+	}
+}
+
+// timedOutLocked ends h, a hold the watchdog renews whose renewals got no answer until its expiry, as lost
+// (errRenewTimeout), and, unless the Client is closing (Close gives holds up itself), adds to gives what
+// gives it up in Redis, to run once the table is unlocked. Redis may well still have it: its renewals may
+// have run, their replies lost. Left there, it would keep the lock from everyone until it expired, and the
+// owner's next acquisition would re-enter it (a hold count of 2 for the 1 the owner knows of, which its
+// Unlock would not end: the lock would stay held, renewed, by an owner that released it). So it is given
+// up as Close gives holds up (see giver), and until that is over the owner's next operation on the lock
+// waits, or fails while Redis does not answer (see prepare). A queue entry (keepAlive) is no hold: its owner
+// still waits, and its next attempt joins again if the entry is gone.
+func (w *holdTable) timedOutLocked(h *hold, now time.Time, gives *[]func()) ending {
+	e := w.endLocked(h, errRenewTimeout)
+	if w.closed || h.giver == nil || h.keepAlive || h.acquiredAt.IsZero() || w.holds[h.key] != nil {
+		return e
+	}
+	k, giver := h.key, h.giver
+	// No renewal sent before now extends the hold past now + timeout: then Redis has surely dropped it.
+	deadline := now.Add(w.timeout)
+	p := &hold{key: k, index: -1}
+	w.holds[k] = p
+	ch := make(chan struct{})
+	p.startSettlingLocked(ch)
+	done := w.settled(p, ch)
+	*gives = append(*gives, func() {
+		if !w.c.goBackground(func(life context.Context) {
+			_ = giver.giveUp(life, k, deadline)
+			done(0)
+		}) {
+			done(0)
+		}
+	})
+	return e
 }
 
 // retryDelay is the pause before renewing again a hold whose renewal got no answer.
