@@ -85,8 +85,9 @@ func (e *Election) check(ctx context.Context) error {
 // Campaign makes ctx's owner a candidate with value, and returns once it leads, with its term; or when ctx
 // ends, with its error (the candidate leaves the queue then). An owner that leads already gets its term,
 // after one script run that makes sure the term is recorded (and changes nothing if it is). Leadership is
-// one hold: however many Campaigns its owner made (at once, or again after the Client reported the
-// leadership lost while Redis still had it, which then gives it back with its term), one Resign ends it.
+// one hold: however many Campaigns its owner made at once, one Resign ends it. (After the Client reported
+// the leadership lost, a Campaign first waits until the Client gave up what Redis may still have of it,
+// and then leads with a new term.)
 // Work done as the leader should run under LeadershipContext, and pass the term to the resources it
 // writes (see WithFencing).
 //
@@ -119,6 +120,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 	}
 	if err != nil {
 		e.abandon(ctx)
+		if cerr := e.c.check(); cerr != nil {
+			err = cerr // Close gave the lock up before the leader was recorded: that is why
+		}
 		return 0, wrapErrCtx(ctx, "campaign", e.name, err)
 	}
 	return term, nil
@@ -140,7 +144,7 @@ func (e *Election) record(ctx context.Context, term uint64, value string) error 
 	if err != nil {
 		return err
 	}
-	ok, err := e.c.run(ctx, scriptElectionRecord, e.keys, []string{owner, strconv.FormatUint(term, 10), value}).AsInt64()
+	ok, err := e.c.scripts.runInt(ctx, scriptCall{script: scriptElectionRecord, keys: e.keys, args: []string{owner, strconv.FormatUint(term, 10), value}})
 	if err == nil && ok == 0 {
 		err = errHoldGone
 	}

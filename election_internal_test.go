@@ -70,3 +70,47 @@ func TestElectionCampaignAfterLostRenewalRepliesIsOneHold(t *testing.T) {
 	}()
 	within(t, won, "another candidate")
 }
+
+// A Campaign that Close interrupts after it won the lock, before it recorded the leader, fails with
+// ErrClosed: Close gave the lock up, which is why the record found it gone (before: ErrLockLost, as if the
+// leadership had been lost).
+func TestElectionCampaignInterruptedByCloseIsClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := New([]string{srv.Addr()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := gateScripts(c)
+	recording, record := g.arm(scriptElectionRecord, false)
+	defer record()
+	campaigned := make(chan error, 1)
+	go func() {
+		_, err := c.Election("election-closed-mid-campaign").Campaign(context.Background(), "v")
+		campaigned <- err
+	}()
+	select {
+	case <-recording:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Campaign did not come to record its leader")
+	}
+	// Close gives the lock up; its release is held once Redis answered it, so that the record runs on a
+	// Client that is closing but still connected, and finds the lock gone.
+	released, finish := g.arm(scriptFairRelease, true)
+	defer finish()
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not give the lock up")
+	}
+	record()
+	err = <-campaigned
+	finish()
+	if !errors.Is(err, ErrClosed) || errors.Is(err, ErrLockLost) {
+		t.Fatalf("Campaign interrupted by Close: %v, want ErrClosed", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
