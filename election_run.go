@@ -29,10 +29,10 @@ const (
 //     next leader's); otherwise Redis's, and the leadership ends for the Client all the same, its release
 //     going on in the background (at worst, it expires within the watchdog timeout). So Run returns nil
 //     only when fn returned nil and the resignation went through.
-//   - When ctx ends, fn's context ends too, with ctx's cause (not ErrLockLost). Once fn returned, Run resigns without
-//     waiting for Redis (as Resign with an ended ctx does: the leadership ends for the Client at once and
-//     the release goes on in the background; Close waits for it) and returns an error matching ctx.Err(),
-//     joined with fn's error when fn returned another error than its context's.
+//   - When ctx ends, fn's context ends too, with ctx's cause (not ErrLockLost). Once fn returned, Run
+//     resigns without waiting for Redis (as Resign with an ended ctx does: the leadership ends for the
+//     Client at once and the release goes on in the background; Close waits for it) and returns an error
+//     matching ctx.Err(), joined with fn's error when fn returned another error than its context's.
 //   - While Redis cannot be reached (ErrUnavailable), Run campaigns again, waiting between attempts 50 ms
 //     at first, doubling up to 2 s, until ctx ends: it then returns an error matching ctx.Err() and the last
 //     failure. Any other failure to campaign is returned at once: ErrClosed when the Client is closed,
