@@ -102,9 +102,9 @@ func (e *Election) lead(ctx context.Context, term uint64, fn func(ctx context.Co
 	switch {
 	case ctx.Err() != nil:
 		e.resignInBackground(ctx)
-		return false, errors.Join(wrapErrCtx(ctx, "run", e.name, ctx.Err()), ownError(fnErr, ctx))
+		return false, errors.Join(wrapErrCtx(ctx, "run", e.name, ctx.Err()), ownError(ctx, fnErr))
 	case errors.Is(cause, ErrClosed): // Close resigned (or the Client died: a test's Abandon)
-		return false, errors.Join(wrapErrCtx(ctx, "run", e.name, ErrClosed), ownError(fnErr, lead))
+		return false, errors.Join(wrapErrCtx(ctx, "run", e.name, ErrClosed), ownError(lead, fnErr))
 	case errors.Is(cause, ErrLockLost):
 		return true, nil
 	case !e.leading(ctx): // fn resigned itself
@@ -141,7 +141,7 @@ func (e *Election) resignInBackground(ctx context.Context) {
 }
 
 // ownError returns err unless it is ctx's own (its error or its cause), which Run reports already.
-func ownError(err error, ctx context.Context) error {
+func ownError(ctx context.Context, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Cause(ctx)) {
 		return nil
 	}
