@@ -14,7 +14,9 @@ import (
 var ErrNoLeader = errors.New("relock: no leader")
 
 // Election elects one leader among the candidates that campaign under its name, on any number of
-// Clients and processes: etcd's concurrency.Election, or Curator's LeaderLatch, on Redis.
+// Clients and processes: etcd's concurrency.Election, or Curator's LeaderLatch, on Redis. For a job that
+// must run on one instance at a time, Run is the whole loop: it campaigns, runs the job while leading,
+// campaigns again after a loss, and resigns when the job returns or its context ends.
 //
 // A candidate's Campaign waits in a fair lock's queue (see FairLock) fenced with WithFencing: candidates
 // lead in the order they began to campaign, a leader is kept by its Client's watchdog, and a leader whose
@@ -89,7 +91,7 @@ func (e *Election) check(ctx context.Context) error {
 // the leadership lost, a Campaign first waits until the Client gave up what Redis may still have of it,
 // and then leads with a new term.)
 // Work done as the leader should run under LeadershipContext, and pass the term to the resources it
-// writes (see WithFencing).
+// writes (see WithFencing); Run does all of it for a leader-only job.
 //
 // Winning takes two script runs: the lock's acquisition, then the record of the new leader, which checks
 // that the lock is still held. When the record cannot be written (the leadership was lost meanwhile, or

@@ -1,6 +1,7 @@
 package relock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -96,6 +97,7 @@ func TestNilSynchronizersReturnTypedErrors(t *testing.T) {
 		"Election.LeadershipContext":       func() error { _, err := e.LeadershipContext(ctx); return err },
 		"Election.Leader":                  func() error { _, err := e.Leader(ctx); return err },
 		"Election.Observe":                 func() error { _, err := e.Observe(ctx); return err },
+		"Election.Run":                     func() error { return e.Run(ctx, "v", func(context.Context, uint64) error { return nil }) },
 		"Permit.Release":                   func() error { return q.Release(ctx) },
 		"Permit.Context":                   func() error { _, err := q.Context(ctx); return err },
 	}

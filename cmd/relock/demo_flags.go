@@ -40,7 +40,7 @@ func parseDemoFlags(e env) (*demoFlags, error) {
 		"--duration each leader's tenure (default 500ms), --processes runs one candidate per process")
 	fs.StringVar(&f.embedded, "embedded", embedAuto, "the embedded server: auto, redis-server or inprocess")
 	fs.BoolVar(&f.child, "child", false, "run as a worker process (reads its configuration on stdin)")
-	fs.Usage = func() { demoUsage(e.stderr, fs) }
+	fs.Usage = func() { demoUsage(fs.Output(), fs) }
 	pos, err := parse(fs, e.args)
 	if err != nil {
 		return nil, err

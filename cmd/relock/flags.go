@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,7 +38,8 @@ func (c *common) register(fs *flag.FlagSet, timeout time.Duration) {
 	}
 	fs.StringVar(&c.redis, "redis", def, "Redis `address`: host:port, comma-separated cluster seed nodes, or a redis:// URL")
 	fs.BoolVar(&c.json, "json", false, "print JSON, for scripts")
-	fs.DurationVar(&c.timeout, "timeout", timeout, "give up on Redis after this `duration`")
+	c.timeout = timeout
+	fs.Var(positiveDuration{&c.timeout}, "timeout", "give up on Redis after this `duration` (above zero)")
 	fs.StringVar(&c.sharded, "sharded-pubsub", "auto", "on a cluster, announce releases with sharded pub/sub: `auto`, on or off (set it as Redisson's shardedSubscriptionMode)")
 }
 
@@ -54,15 +56,74 @@ func (c *common) shardedPubSub() (relock.ShardedPubSub, error) {
 	return 0, fmt.Errorf("%w: --sharded-pubsub %q: want auto, on or off", errUsage, c.sharded)
 }
 
-// newFlags returns a flag set for command name whose usage prints synopsis and the flags.
+// positiveDuration is the flag.Value of a duration that must be above zero (--timeout).
+type positiveDuration struct{ d *time.Duration }
+
+func (p positiveDuration) String() string {
+	if p.d == nil {
+		return "0s"
+	}
+	return p.d.String()
+}
+
+func (p positiveDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return errors.New("not a duration (such as 5s or 500ms)")
+	case d <= 0:
+		return errors.New("must be above zero (such as 5s or 500ms)")
+	}
+	*p.d = d
+	return nil
+}
+
+// newFlags returns a flag set for command name whose usage prints synopsis and the flags. With --json (see
+// jsonRequested), what the flag package prints of a bad flag (its message, then the usage) is held back,
+// for the error is printed as JSON (see run); the usage -h asks for is printed (see parse).
 func newFlags(name, synopsis string, e env) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	if e.json {
+		fs.SetOutput(&heldOutput{w: e.stderr})
+	}
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: relock %s\n\nFlags:\n", synopsis)
+		fmt.Fprintf(fs.Output(), "Usage: relock %s\n\nFlags:\n", synopsis)
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// heldOutput is a flag set's output held back until flush.
+type heldOutput struct {
+	w    io.Writer
+	held strings.Builder
+}
+
+func (h *heldOutput) Write(p []byte) (int, error) { return h.held.Write(p) }
+
+func (h *heldOutput) flush() { io.WriteString(h.w, h.held.String()) }
+
+// jsonRequested reports whether the command line args (after the command's name) ask for --json: the last
+// of "-json", "--json" and "--json=BOOL" before "--" says, as for the flag package.
+func jsonRequested(args []string) bool {
+	on := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "json" {
+			continue
+		}
+		on = true
+		if hasValue {
+			if b, err := strconv.ParseBool(value); err == nil {
+				on = b
+			}
+		}
+	}
+	return on
 }
 
 // parse parses args with fs, allowing flags after positional arguments ("inspect NAME --json"), and
@@ -72,6 +133,9 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				if h, ok := fs.Output().(*heldOutput); ok {
+					h.flush()
+				}
 				return nil, err
 			}
 			return nil, fmt.Errorf("%w: %v", errUsage, err)
@@ -201,15 +265,15 @@ func redisError(addr string, err error) error {
 	var ne net.Error
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("cannot connect to Redis at %s: connection refused (is redis-server running there? see --redis)", addr)
+		return withKind(errKindUnavailable, fmt.Errorf("cannot connect to Redis at %s: connection refused (is redis-server running there? see --redis)", addr))
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-		return fmt.Errorf("Redis at %s did not answer in time: %v", addr, err)
+		return withKind(errKindUnavailable, fmt.Errorf("Redis at %s did not answer in time: %v", addr, err))
 	case errors.Is(err, io.EOF):
-		return fmt.Errorf("Redis at %s closed the connection: %v", addr, err)
+		return withKind(errKindUnavailable, fmt.Errorf("Redis at %s closed the connection: %v", addr, err))
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
-		return fmt.Errorf("cannot resolve the Redis address %s: %v", addr, err)
+		return withKind(errKindUnavailable, fmt.Errorf("cannot resolve the Redis address %s: %v", addr, err))
 	}
 	return fmt.Errorf("Redis at %s: %w", addr, err)
 }

@@ -17,7 +17,7 @@ import (
 // without expiry. The field names are stable: scripts may rely on them.
 type lockJSON struct {
 	Name         string       `json:"name"`
-	Kind         string       `json:"kind"` // "rlock", "fairlock", "rwlock", or "none" when free
+	Kind         string       `json:"kind"` // "rlock", "fairlock", "rwlock", "election", or "none" when free
 	Locked       bool         `json:"locked"`
 	Mode         string       `json:"mode,omitempty"` // "read" or "write" for a held rwlock
 	TTLMillis    int64        `json:"ttl_ms"`
@@ -25,6 +25,8 @@ type lockJSON struct {
 	Queue        []waiterJSON `json:"queue"`
 	QueueLen     int          `json:"queue_len"`
 	FencingToken uint64       `json:"fencing_token"`
+	// Election is an election's leader and last leaders (kind "election"), absent for another lock.
+	Election *electionJSON `json:"election,omitempty"`
 }
 
 type holderJSON struct {
@@ -161,14 +163,21 @@ func plural(n int) string {
 	return "s"
 }
 
-// printState prints st for people. conns, when not nil, are the connections of relock Clients by ID
-// (clientConns).
-func printState(w io.Writer, st relock.LockState, conns map[string][]string) {
-	fmt.Fprintf(w, "lock %q: %s\n", st.Name, summary(st))
+// printState prints st for people; el, when not nil, is the election st is the lock of. conns, when not
+// nil, are the connections of relock Clients by ID (clientConns).
+func printState(w io.Writer, st relock.LockState, el *electionState, conns map[string][]string) {
+	if el != nil {
+		fmt.Fprintf(w, "election %q: %s\n", st.Name, electionSummary(st, el))
+	} else {
+		fmt.Fprintf(w, "lock %q: %s\n", st.Name, summary(st))
+	}
 	for _, h := range st.Holders {
 		role := "holder"
-		if h.Mode != "" {
+		switch {
+		case h.Mode != "":
 			role = map[string]string{"read": "reader", "write": "writer"}[h.Mode]
+		case el != nil && el.Leader != nil && el.Leader.Owner == h.Owner:
+			role = "leader"
 		}
 		fmt.Fprintf(w, "  %-7s %s, hold count %d", role, ownerText(h.ClientID, h.Token), h.Count)
 		if h.Mode == "read" {
@@ -188,8 +197,11 @@ func printState(w io.Writer, st relock.LockState, conns map[string][]string) {
 	}
 	if st.QueueLen > 0 {
 		what := "queue"
-		if st.Kind == relock.KindReadWriteLock {
+		switch {
+		case st.Kind == relock.KindReadWriteLock:
 			what = "writers waiting with priority"
+		case el != nil:
+			what = "candidates waiting, in the order they lead next"
 		}
 		fmt.Fprintf(w, "  %s (%d):\n", what, st.QueueLen)
 		for i, q := range st.Queue {
@@ -204,7 +216,14 @@ func printState(w io.Writer, st relock.LockState, conns map[string][]string) {
 		}
 	}
 	if st.FencingToken > 0 {
-		fmt.Fprintf(w, "  fencing token: %d (the last one issued)\n", st.FencingToken)
+		what := "fencing token"
+		if el != nil {
+			what = "last term (fencing token)"
+		}
+		fmt.Fprintf(w, "  %s: %d (the last one issued)\n", what, st.FencingToken)
+	}
+	if el != nil {
+		printLeaders(w, el)
 	}
 	if st.Locked && st.TTL < 0 {
 		fmt.Fprintln(w, "  warning: the lock key has no expiry (relock never writes one so): only its holder's Unlock or unlock --force frees it")
@@ -219,37 +238,42 @@ func lockError(c *common, name string, err error) error {
 		if i := strings.Index(detail, notALock); i >= 0 {
 			detail = strings.TrimPrefix(detail[i+len(notALock):], ": ")
 		}
-		return fmt.Errorf("%q is not a lock: %s", name, detail)
+		return withKind(errKindWrongKind, fmt.Errorf("%q is not a lock: %s", name, detail))
 	case errors.Is(err, relock.ErrInvalidName):
 		return fmt.Errorf("%w: %q is not a valid lock name (empty, or a \"}\" outside a {hash tag})", errUsage, name)
 	case errors.Is(err, context.Canceled):
-		return errors.New("interrupted")
+		return withKind(errKindInterrupted, errors.New("interrupted"))
 	}
 	return redisError(c.redis, err)
 }
 
 // openedLock is a connection (see open) and the state of the lock a command is about, read once connected.
 type openedLock struct {
-	ctx   context.Context // bounded by --timeout
-	lc    *relock.Client
-	rdb   rueidis.Client
-	state relock.LockState
-	done  func() // cancels ctx and closes the connection
+	ctx      context.Context // bounded by --timeout
+	lc       *relock.Client
+	rdb      rueidis.Client
+	state    relock.LockState
+	election *electionState // when the lock is an election's
+	done     func()         // cancels ctx and closes the connection
 }
 
-// openLock connects (see open) and reads the state of lock name; errors are lockError's. The caller must
-// call done.
+// openLock connects (see open) and reads the state of lock name, and of its election if it is one's;
+// errors are lockError's. The caller must call done.
 func (c *common) openLock(ctx context.Context, name string) (*openedLock, error) {
 	ctx, lc, rdb, done, err := c.open(ctx)
 	if err != nil {
 		return nil, err
 	}
 	st, err := lc.Inspect(ctx, name)
+	var el *electionState
+	if err == nil {
+		el, err = readElection(ctx, rdb, st, inspectLeaders)
+	}
 	if err != nil {
 		done()
 		return nil, lockError(c, name, err)
 	}
-	return &openedLock{ctx: ctx, lc: lc, rdb: rdb, state: st, done: done}, nil
+	return &openedLock{ctx: ctx, lc: lc, rdb: rdb, state: st, election: el, done: done}, nil
 }
 
 // notALock is relock.ErrNotALock's text, after which its errors say why.
@@ -278,12 +302,16 @@ func runInspect(ctx context.Context, e env) error {
 		printSemaphore(e.stdout, sem)
 		return nil
 	}
+	el, err := readElection(ctx, rdb, st, inspectLeaders)
+	if err != nil {
+		return lockError(&c, name, err)
+	}
 	var conns map[string][]string
 	if len(st.Holders) > 0 {
 		conns, _ = clientConns(ctx, rdb)
 	}
 	if c.json {
-		j := toJSON(st)
+		j := withElection(toJSON(st), el)
 		for i, h := range st.Holders {
 			if conns != nil && h.ClientID != "" {
 				addrs := append([]string{}, conns[h.ClientID]...)
@@ -292,6 +320,6 @@ func runInspect(ctx context.Context, e env) error {
 		}
 		return printJSON(e.stdout, j)
 	}
-	printState(e.stdout, st, conns)
+	printState(e.stdout, st, el, conns)
 	return nil
 }

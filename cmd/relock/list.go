@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// runList lists the held locks whose names match PATTERN, then the PermitSemaphores whose names match it
+// runList lists the held locks whose names match PATTERN (an election's with its leader and term), then the PermitSemaphores whose names match it
 // and that have permits taken, and with --counters the integer strings matching it (see findSemaphores).
 func runList(ctx context.Context, e env) error {
 	var c common
@@ -52,6 +52,7 @@ func runList(ctx context.Context, e env) error {
 		return redisError(c.redis, err)
 	}
 	states := make([]*relock.LockState, len(names))
+	elections := make([]*electionState, len(names))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(32)
 	for i, name := range names {
@@ -64,8 +65,11 @@ func runList(ctx context.Context, e env) error {
 				return err
 			case st.Locked:
 				states[i] = &st
+				if st.Kind == relock.KindRLock || st.Kind == relock.KindFairLock { // an election's lock is a fair lock
+					elections[i], err = readElection(gctx, rdb, st, listLeaders)
+				}
 			}
-			return nil
+			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -76,22 +80,24 @@ func runList(ctx context.Context, e env) error {
 		return lockError(&c, "", err)
 	}
 	var found []relock.LockState
-	for _, st := range states {
+	var foundElections []*electionState
+	for i, st := range states {
 		if st != nil {
 			found = append(found, *st)
+			foundElections = append(foundElections, elections[i])
 		}
 	}
 	more, moreSems := 0, 0
 	if *limit > 0 && len(found) > *limit {
-		more, found = len(found)-*limit, found[:*limit]
+		more, found, foundElections = len(found)-*limit, found[:*limit], foundElections[:*limit]
 	}
 	if *limit > 0 && len(sems) > *limit {
 		moreSems, sems = len(sems)-*limit, sems[:*limit]
 	}
 	if c.json {
 		out := []any{}
-		for _, st := range found {
-			out = append(out, toJSON(st))
+		for i, st := range found {
+			out = append(out, withElection(toJSON(st), foundElections[i]))
 		}
 		for _, st := range sems {
 			out = append(out, toSemaphoreJSON(st))
@@ -99,7 +105,7 @@ func runList(ctx context.Context, e env) error {
 		return printJSON(e.stdout, out)
 	}
 	if len(found) > 0 || len(sems) == 0 {
-		printList(e.stdout, found)
+		printList(e.stdout, found, foundElections)
 	}
 	if more > 0 {
 		fmt.Fprintf(e.stdout, "... and %d more (raise --limit, or narrow the pattern)\n", more)
@@ -144,15 +150,16 @@ func scanKeys(ctx context.Context, rdb rueidis.Client, pattern, typ string, coun
 	return names, nil
 }
 
-// printList prints one line per lock.
-func printList(w io.Writer, states []relock.LockState) {
+// printList prints one line per lock; elections[i], when not nil, is the election states[i] is the lock of.
+// An election's TOKEN is its leader's term.
+func printList(w io.Writer, states []relock.LockState, elections []*electionState) {
 	if len(states) == 0 {
 		fmt.Fprintln(w, "no locks held")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tKIND\tMODE\tHOLDERS\tTTL\tWAITING\tTOKEN")
-	for _, st := range states {
+	for i, st := range states {
 		mode := st.Mode
 		if mode == "" {
 			mode = "-"
@@ -161,7 +168,11 @@ func printList(w io.Writer, states []relock.LockState) {
 		if st.FencingToken > 0 {
 			token = fmt.Sprint(st.FencingToken)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", st.Name, kindTitle(st.Kind), mode, holdersText(st.Holders), fmtTTL(st.TTL), st.QueueLen, token)
+		kind, holders := kindTitle(st.Kind), holdersText(st.Holders)
+		if el := elections[i]; el != nil {
+			kind, holders = "Election", leaderText(st, el)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", st.Name, kind, mode, holders, fmtTTL(st.TTL), st.QueueLen, token)
 	}
 	tw.Flush()
 }

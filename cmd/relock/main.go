@@ -3,15 +3,22 @@
 //
 //	relock demo [flags]              workers racing on a shared counter, with and without a lock
 //	relock inspect NAME              who holds a lock, for how long, who waits, the fencing token;
+//	                                 an election's leader, term and last leaders;
 //	                                 or a semaphore's or latch's count and permits taken
-//	relock list [PATTERN]            the locks present (found with SCAN), with holders and TTL, and the
-//	                                 permit semaphores with permits taken
+//	relock list [PATTERN]            the locks present (found with SCAN), with holders and TTL (an
+//	                                 election's leader and term), and the permit semaphores with permits
+//	                                 taken
 //	relock watch NAME                a lock's state changes, live
 //	relock unlock --force NAME       release a stuck lock and wake its waiters
 //
 // Every command takes --redis ADDR (host:port, a comma-separated list of cluster seed nodes, or a
-// redis:// URL; default $RELOCK_REDIS, else 127.0.0.1:6379), --timeout and --json. demo without --redis
-// starts its own Redis. Exit status: 0 on success, 1 on an error, 2 on a usage error.
+// redis:// URL; default $RELOCK_REDIS, else 127.0.0.1:6379), --timeout D (above zero) and --json. demo
+// without --redis starts its own Redis. Exit status: 0 on success, 1 on an error, 2 on a usage error.
+//
+// With --json, results are JSON on stdout, and an error is one line of JSON on stderr (see errorJSON):
+// {"error": "...", "kind": "...", "command": "..."}, where kind is usage (exit status 2), unavailable
+// (Redis could not be reached or did not answer in time), wrong_kind (the name holds another kind of key),
+// interrupted, or error (anything else).
 package main
 
 import (
@@ -35,6 +42,7 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	json   bool // --json is on the command line (see jsonRequested): errors are printed as JSON
 }
 
 type command struct {
@@ -47,8 +55,8 @@ var commands []command
 func init() {
 	commands = []command{
 		{"demo", "workers racing on a shared counter, with and without a lock", runDemo},
-		{"inspect", "show a lock's state: kind, holders, TTL, queue, fencing token (or a semaphore's)", runInspect},
-		{"list", "list the locks and semaphores whose names match a pattern (SCAN, never KEYS)", runList},
+		{"inspect", "show a lock's state: kind, holders, TTL, queue, fencing token (an election's leader and term; or a semaphore's)", runInspect},
+		{"list", "list the locks, elections and semaphores whose names match a pattern (SCAN, never KEYS)", runList},
 		{"watch", "print a lock's state changes as they happen", runWatch},
 		{"unlock", "release a stuck lock (--force) and wake its waiters", runUnlock},
 	}
@@ -70,6 +78,7 @@ func run(ctx context.Context, e env) int {
 		}
 		return 0
 	}
+	e.json = jsonRequested(e.args)
 	for _, c := range commands {
 		if c.name != e.args[0] {
 			continue
@@ -82,16 +91,20 @@ func run(ctx context.Context, e env) int {
 			return 0
 		case errors.Is(err, flag.ErrHelp):
 			return 0
-		case errors.Is(err, errUsage):
-			fmt.Fprintf(e.stderr, "relock %s: %v\nRun 'relock %s -h' for usage.\n", c.name, err, c.name)
-			return 2
-		default:
-			fmt.Fprintf(e.stderr, "relock %s: %v\n", c.name, err)
-			return 1
 		}
+		if ctx.Err() != nil && errorKind(err) == errKindOther {
+			err = withKind(errKindInterrupted, err)
+		}
+		printError(e.stderr, c.name, err, e.json)
+		if errors.Is(err, errUsage) {
+			return 2
+		}
+		return 1
 	}
-	fmt.Fprintf(e.stderr, "relock: unknown command %q\n", e.args[0])
-	usage(e.stderr)
+	printError(e.stderr, "", fmt.Errorf("%w: unknown command %q", errUsage, e.args[0]), e.json)
+	if !e.json {
+		usage(e.stderr)
+	}
 	return 2
 }
 
@@ -102,6 +115,9 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.synopsis)
 	}
-	fmt.Fprintln(w, "\nCommon flags: --redis ADDR (default $RELOCK_REDIS or 127.0.0.1:6379), --timeout D, --json.")
+	fmt.Fprintln(w, "\nCommon flags: --redis ADDR (default $RELOCK_REDIS or 127.0.0.1:6379), --timeout D (above zero), --json.")
+	fmt.Fprintln(w, "With --json, results are JSON on stdout, and an error is one line of JSON on stderr:")
+	fmt.Fprintln(w, `  {"error": "...", "kind": "...", "command": "..."}, kind being usage (exit status 2),`)
+	fmt.Fprintln(w, "  unavailable, wrong_kind, interrupted or error (exit status 1).")
 	fmt.Fprintln(w, "Run 'relock COMMAND -h' for a command's flags.")
 }

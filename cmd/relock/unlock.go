@@ -39,7 +39,7 @@ func runUnlock(ctx context.Context, e env) error {
 	ctx, lc, st := o.ctx, o.lc, o.state
 	if !st.Locked {
 		if c.json {
-			return printJSON(e.stdout, unlockJSON{Name: name, Before: toJSON(st)})
+			return printJSON(e.stdout, unlockJSON{Name: name, Before: withElection(toJSON(st), o.election)})
 		}
 		fmt.Fprintf(e.stdout, "lock %q is not held: nothing to release\n", name)
 		return nil
@@ -49,7 +49,7 @@ func runUnlock(ctx context.Context, e env) error {
 			return fmt.Errorf("%w: --json needs --yes (there is nobody to answer the question)", errUsage)
 		}
 		conns, _ := clientConns(ctx, o.rdb)
-		printState(e.stdout, st, conns)
+		printState(e.stdout, st, o.election, conns)
 		// A holder learns of it from its own watchdog, not from this release: relock's watchdog checks every
 		// hold each timeout/3 (renewals, and the checks of holds with a lease), Redisson's only stops renewing.
 		fmt.Fprintf(e.stdout, "Release %q now? Its holders are not told: each finds out at its watchdog's next check, "+
@@ -79,13 +79,17 @@ func runUnlock(ctx context.Context, e env) error {
 		return lockError(&c, name, err)
 	}
 	if c.json {
-		return printJSON(e.stdout, unlockJSON{Name: name, Released: released, Before: toJSON(st)})
+		return printJSON(e.stdout, unlockJSON{Name: name, Released: released, Before: withElection(toJSON(st), o.election)})
 	}
 	if !released {
 		fmt.Fprintf(e.stdout, "lock %q was released by its holder meanwhile: nothing to do\n", name)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "released %q (%s); its waiters were woken\n", name, kindTitle(st.Kind))
+	what := kindTitle(st.Kind)
+	if o.election != nil {
+		what = "Election"
+	}
+	fmt.Fprintf(e.stdout, "released %q (%s); its waiters were woken\n", name, what)
 	return nil
 }
 
