@@ -14,30 +14,33 @@ import (
 	"github.com/relock-go/relock/internal/testutil"
 )
 
-// readmeACL returns the library's minimal ACL rules as README.md gives them (the block after
+// documentedACL returns the library's minimal ACL rules as docs/operations.md gives them (the block after
 // "<!-- acl -->"), for names that start with "app:".
-func readmeACL(t *testing.T) []string { return testutil.ACLBlock(t, "README.md", "<!-- acl -->") }
+func documentedACL(t *testing.T) []string { return testutil.ACLBlock(t, aclDoc, "<!-- acl -->") }
 
-// The library works as a Redis user holding exactly the ACL README.md gives, for every lock type and its
-// waits, and that ACL does confine it to its prefix. The block names sharded pub/sub's commands, which
-// Redis 6.2 does not know: it is for Redis 7.0 and later.
+// aclDoc is the guide that gives the ACL blocks, for users to copy: the tests read them there.
+const aclDoc = "docs/operations.md"
+
+// The library works as a Redis user holding exactly the ACL docs/operations.md gives, for every lock type
+// and its waits, and that ACL does confine it to its prefix. The block names sharded pub/sub's commands,
+// which Redis 6.2 does not know: it is for Redis 7.0 and later.
 func TestMinimalACL(t *testing.T) {
 	t.Parallel()
 	if v, err := redistest.ServerVersion(); err == nil && !v.AtLeast(7, 0) {
-		t.Skipf("redis-server %v refuses README's ACL for 7.0 and later (TestMinimalACLRedis62 runs its 6.2 form)", v)
+		t.Skipf("redis-server %v refuses the ACL for 7.0 and later (TestMinimalACLRedis62 runs its 6.2 form)", v)
 	}
-	testMinimalACL(t, readmeACL(t))
+	testMinimalACL(t, documentedACL(t))
 }
 
-// README's ACL for Redis 6.2 (the block after "<!-- acl-6.2 -->") is enough for a single server, which
+// The ACL for Redis 6.2 (the block after "<!-- acl-6.2 -->") is enough for a single server, which
 // never uses sharded pub/sub: it runs here on whatever redis-server the harness starts (7.0 when
 // RELOCK_REDIS_SERVER does not name a 6.2), and is accepted by 6.2.
 func TestMinimalACLRedis62(t *testing.T) {
 	t.Parallel()
-	rules := testutil.ACLBlock(t, "README.md", "<!-- acl-6.2 -->")
+	rules := testutil.ACLBlock(t, aclDoc, "<!-- acl-6.2 -->")
 	for _, r := range rules {
 		if r == "+ssubscribe" || r == "+sunsubscribe" || r == "+spublish" {
-			t.Fatalf("README's ACL for 6.2 holds %s, which 6.2 refuses", r)
+			t.Fatalf("the ACL for 6.2 holds %s, which 6.2 refuses", r)
 		}
 	}
 	testMinimalACL(t, rules)
@@ -48,9 +51,9 @@ func testMinimalACL(t *testing.T, rules []string) {
 	srv := redistest.Start(t)
 	admin := rawClient(t, srv)
 	if err := do(t, admin, append([]string{"ACL", "SETUSER", "relock-app"}, rules...)...).Error(); err != nil {
-		t.Fatalf("README's ACL: %v", err)
+		t.Fatalf("the documented ACL: %v", err)
 	}
-	do(t, admin, "ACL", "SETUSER", "relock-app", ">secret") // README's rules carry a placeholder password
+	do(t, admin, "ACL", "SETUSER", "relock-app", ">secret") // the documented rules carry a placeholder password
 	ctx := ctxTimeout(t, 30*time.Second)
 	newUserClient := func() *relock.Client {
 		c, err := relock.New([]string{srv.Addr()}, &relock.Options{WatchdogTimeout: 900 * time.Millisecond,

@@ -1,23 +1,29 @@
-// Package relock provides Redisson-style distributed locks on Redis for Go: reentrant locks with
-// blocking waits woken by pub/sub (never polling), leases, and Redisson's key layout, so that Go services
-// and Java services using Redisson exclude each other on the same lock names.
+// Package relock provides Redisson-style distributed locks and synchronizers on Redis for Go: reentrant,
+// fair and read-write locks, semaphores, latches and leader election, with blocking waits woken by pub/sub
+// (never polling), a watchdog that keeps holds alive and tells their holder when one is lost, fencing
+// tokens, and Redisson's key layout, so that Go services and Java services using Redisson exclude each
+// other on the same names.
 //
 // A Client owns a Redis connection (or borrows a rueidis.Client), a UUID that is part of every owner it
 // writes, and the background machinery its locks share. Lock objects are cheap values made from a Client
 // and a name:
 //
-//	c, err := relock.New([]string{"127.0.0.1:6379"}, nil)
-//	...
-//	defer c.Close()
-//
-//	l := c.Lock("orders:42")
-//	if err := l.Lock(ctx); err != nil {
+//	c, err := relock.New([]string{"127.0.0.1:6379"}, nil) // or a redis:// URL; relock.Wrap(rueidisClient, nil)
+//	if err != nil {
 //		return err
 //	}
-//	defer l.Unlock(ctx) // releases even if ctx has ended by then
+//	defer c.Close() // gives up whatever the Client still holds
 //
-// Who owns a hold is decided by one rule for every lock type: the owner token carried by the context
-// (WithOwner), or else the calling goroutine. See WithOwner.
+//	l := c.Lock("orders:42")
+//	if err := l.Lock(ctx); err != nil { // waits as long as ctx allows
+//		return err
+//	}
+//	defer l.Unlock(ctx) // releases even when ctx has ended by then
+//
+// Who owns a hold is decided by one rule for every lock, permit and leadership: the calling goroutine, by
+// default, so that a lock is reentrant on the goroutine that took it and another goroutine cannot unlock
+// it (ErrNotHeld); or the owner token the context carries (WithOwner), to share a hold between goroutines
+// or hand it over to another. See WithOwner.
 //
 // # Arguments
 //
@@ -54,7 +60,12 @@
 //   - Wait until n things have happened, Redisson's RCountDownLatch: [Client.CountDownLatch]
 //     (Client.CountDownLatch's example).
 //   - One leader among candidates, with a term that fences a replaced leader: [Client.Election]
-//     (Election's example).
+//     (Election's example); Election.Run runs a leader-only job, campaigning again after a loss.
+//   - Tests of code that uses relock, without a Redis server: the relocktest module
+//     (github.com/relock-go/relock/relocktest).
+//
+// The repository's README and its guides (docs/) cover the same ground for a first read, and running
+// relock in production (docs/operations.md).
 package relock
 
 import (

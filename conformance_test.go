@@ -12,7 +12,7 @@ import (
 
 // TestConformance runs the conformance suite (internal/conformance) against redis-server: every test,
 // for every lock kind, on a server of its own, on the shared cluster, as a Redis user holding exactly the
-// ACL README.md gives ("acl"), and over TLS ("tls"). relocktest runs the same suite against its
+// ACL docs/operations.md gives ("acl"), and over TLS ("tls"). relocktest runs the same suite against its
 // in-process server.
 func TestConformance(t *testing.T) {
 	t.Parallel()
@@ -26,8 +26,8 @@ func TestConformance(t *testing.T) {
 		case "acl":
 			d = standalone(t)
 			admin := rawClient(t, d.servers[0])
-			if err := do(t, admin, append([]string{"ACL", "SETUSER", "relock-app"}, readmeACL(t)...)...).Error(); err != nil {
-				t.Fatalf("README's ACL: %v", err)
+			if err := do(t, admin, append([]string{"ACL", "SETUSER", "relock-app"}, documentedACL(t)...)...).Error(); err != nil {
+				t.Fatalf("the documented ACL: %v", err)
 			}
 			do(t, admin, "ACL", "SETUSER", "relock-app", ">secret")
 			d.clientRedis = &rueidis.ClientOption{Username: "relock-app", Password: "secret"}

@@ -330,7 +330,7 @@ func TestElectionCampaignFailureGivesUpTheLock(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := rawClient(t, srv)
 	var rules []string
-	for _, r := range readmeACL(t) {
+	for _, r := range documentedACL(t) {
 		if r != "+xadd" && r != "+hincrby" {
 			rules = append(rules, r)
 		}

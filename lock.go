@@ -305,8 +305,8 @@ func WithReplicaAck(replicas int, timeout time.Duration) LockOption {
 // after its hold expired and another owner got the lock. Fencing can: pass the token with every write to
 // the resource the lock protects, and have the resource reject a write whose token is lower than the
 // highest it has accepted. The counter never expires, so tokens keep increasing across the lock key's
-// expiries; it must not be evicted (use a noeviction or volatile-* maxmemory policy), and every user of
-// the lock name must use fencing.
+// expiries; it must not be evicted (use the noeviction maxmemory policy: a volatile-* policy spares the
+// counter but may evict the lock itself), and every user of the lock name must use fencing.
 func WithFencing() LockOption {
 	return func(o *lockOptions) { o.fenced = true }
 }

@@ -1,9 +1,10 @@
 // Command bench measures relock against its peers (rueidislock, go-redsync, bsm/redislock) and against
 // the floors (PINGs, relock's scripts run raw), side by side in one run, on redis-server processes it
-// starts itself, and writes docs/benchmarks.md and docs/benchmarks.svg.
+// starts itself, and writes its report, benchmarks.md and benchmarks.svg, beside itself (docs/performance.md
+// summarizes it for users).
 //
 //	make bench                       # from the repository root: cd bench && go run . -quick
-//	cd bench && go run . [-quick | -smoke] [-only a,b] [-out ../docs]
+//	cd bench && go run . [-quick | -smoke] [-only a,b] [-out DIR]
 //
 // Its scenarios (-only takes their names): uncontended, parallel and handoff (every library on one server),
 // watchdog (renewal cost), redlock (relock's RedLock against redsync on 5 servers), relockOnly (FairLock and
@@ -43,7 +44,7 @@ import (
 var (
 	quick = flag.Bool("quick", false, "run each scenario for a quarter of its duration")
 	smoke = flag.Bool("smoke", false, "run each scenario for 1/40 of its duration and the watchdog for one period: a check that the program still runs (for CI), its figures meaningless")
-	out   = flag.String("out", "../docs", "where to write benchmarks.md and benchmarks.svg")
+	out   = flag.String("out", ".", "where to write benchmarks.md and benchmarks.svg")
 	only  = flag.String("only", "", "run only the scenarios listed, comma-separated (uncontended, parallel, handoff, watchdog, redlock, relockOnly, latency: the first three through a proxy adding 0.25 ms each way, contention: 128 owners of one lock on 32 Clients); the report then lacks the others")
 )
 

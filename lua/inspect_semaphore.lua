@@ -33,7 +33,7 @@ if permitsKind == 'zset' then
   taken = redis.call('zcard', KEYS[2])
   permits = redis.call('zrange', KEYS[2], 0, limit - 1, 'withscores')
   -- The expired permits come first. Count them among those returned; when all of those are expired and
-  -- there are more, find the first live one by a binary search on rank (ZRANGE only: see README's ACL).
+  -- there are more, find the first live one by a binary search on rank (ZRANGE only: see the ACL in docs/operations.md).
   local shown = #permits / 2
   while expired < shown and tonumber(permits[2 * expired + 2]) <= now do
     expired = expired + 1

@@ -379,7 +379,8 @@ func TestRedLockPartitions(t *testing.T) {
 // owner can take a lock its holder still believes in: that is the violation window a restart opens, from
 // the restart until the holder hears of the loss (at its next renewal, within the watchdog timeout/3 plus
 // a round trip, or at once if its connection broke). The scenario measures the window and checks that the
-// holder is told; the overlap itself is expected (see the README), so it is reported, not failed.
+// holder is told; the overlap itself is expected (see docs/operations.md, "Persistence"), so it is
+// reported, not failed.
 func TestRestartWithoutPersistence(t *testing.T) {
 	t.Parallel()
 	srv := server(t)

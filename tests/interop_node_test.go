@@ -413,7 +413,7 @@ func runInteropNode(t *testing.T, node, dir, sub, name string) {
 			t.Errorf("handoff %s: %d handoffs slower than %v: those waiters were not woken by the release", hf.dir, slow, interopSlowHandoff)
 		}
 	}
-	// node-redisson's own misses (see the README): reported, not relock's to fail on; relock announced the
+	// node-redisson's own misses (see docs/redisson.md): reported, not relock's to fail on; relock announced the
 	// release on the channel node-redisson listens to (checked above).
 	s.note("node-redisson waits ended by timeout=%d, acquired without waiting=%d", nodeTimeouts, nodeNoWait)
 	t.Logf("go->node: %d node-redisson waits ended by their timeout, not the release; %d took the lock on a retry before waiting", nodeTimeouts, nodeNoWait)

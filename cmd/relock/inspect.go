@@ -185,7 +185,7 @@ func printState(w io.Writer, st relock.LockState, el *electionState, conns map[s
 		}
 		fmt.Fprintln(w)
 		if conns == nil && h.ClientID != "" {
-			fmt.Fprintln(w, "          its connections are not shown: CLIENT LIST failed (a Redis ACL may forbid it: see the README's ACL for the relock command)")
+			fmt.Fprintln(w, "          its connections are not shown: CLIENT LIST failed (a Redis ACL may forbid it: see the ACL for the relock command in docs/operations.md)")
 		}
 		if conns != nil && h.ClientID != "" {
 			if addrs := conns[h.ClientID]; len(addrs) > 0 {

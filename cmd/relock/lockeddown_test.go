@@ -70,14 +70,15 @@ func TestRedissURL(t *testing.T) {
 	}
 }
 
-// aclBlock returns the rules of the root README's ACL block after marker.
+// aclBlock returns the rules of the ACL block after marker in docs/operations.md, where users copy them
+// from.
 func aclBlock(t *testing.T, marker string) []string {
-	return testutil.ACLBlock(t, "../../README.md", marker)
+	return testutil.ACLBlock(t, "../../docs/operations.md", marker)
 }
 
-// As a Redis user holding the library's ACL and the command's additions from README.md, every operator
-// command works; with the library's alone, inspect and watch say what they cannot see and list says that
-// SCAN is forbidden.
+// As a Redis user holding the library's ACL and the command's additions from docs/operations.md, every
+// operator command works; with the library's alone, inspect and watch say what they cannot see and list
+// says that SCAN is forbidden.
 func TestCommandACL(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)

@@ -18,8 +18,8 @@ import (
 //
 //   - the keyspace notifications of the lock key and of its queues (__keyspace@<db>__:<key>), when the
 //     server sends them (notify-keyspace-events has K and the classes g, h and x, or A);
-//   - the lock's release channels, as relock and Redisson publish on them (README, Redisson
-//     compatibility): redisson_lock__channel:<base> (RLock), the FairLock waiters' channels
+//   - the lock's release channels, as relock and Redisson publish on them (docs/redisson.md):
+//     redisson_lock__channel:<base> (RLock), the FairLock waiters' channels
 //     redisson_lock__channel:<base>:<owner> (a pattern), and redisson_rwlock:<base> (ReadWriteLock); with
 //     SSUBSCRIBE too on a cluster whose releases may be sharded.
 //
@@ -31,7 +31,7 @@ import (
 // --interval to see acquisitions.
 
 // watchEventJSON is one line of `watch --json` (newline-delimited JSON): one event, and the lock's state
-// read after it. Field names are stable; README.md documents them.
+// read after it. Field names are stable; docs/command.md documents them.
 type watchEventJSON struct {
 	Time    time.Time `json:"time"`              // when the event reached watch (UTC)
 	Event   string    `json:"event"`             // what happened: see the watchEv constants
@@ -301,7 +301,7 @@ func subscribeOnce(ctx context.Context, rdb rueidis.Client, c *common, spec watc
 	st := checkNotifications(cctx, dc, enable)
 	st.addr = redactURL(c.redis)
 	// The release channels are what the library's ACL grants; the keyspace channels and the pattern of a
-	// FairLock's waiters need the command's additions (README): without them watch says so and goes on.
+	// FairLock's waiters need the command's additions (docs/operations.md's ACL): without them watch says so and goes on.
 	if err := dc.Do(cctx, dc.B().Subscribe().Channel(spec.lockChannel, spec.rwChannel).Build()).Error(); err != nil {
 		return false, err
 	}

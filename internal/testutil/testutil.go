@@ -86,7 +86,7 @@ func RaceExitAtOnce() {
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 }
 
-// ACLBlock returns the rules of the ACL SETUSER block that follows marker in the README at path (the code
+// ACLBlock returns the rules of the ACL SETUSER block that follows marker in the Markdown file at path (the code
 // block after it), without "ACL SETUSER <user>", with line continuations and shell quotes removed.
 func ACLBlock(t testing.TB, path, marker string) []string {
 	t.Helper()
