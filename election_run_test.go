@@ -430,7 +430,7 @@ func TestElectionRunResignRefused(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	admin := rawClient(t, srv)
-	if err := do(t, admin, append([]string{"ACL", "SETUSER", "runner", ">secret"}, readmeACL(t)...)...).Error(); err != nil {
+	if err := do(t, admin, append([]string{"ACL", "SETUSER", "runner", ">secret"}, documentedACL(t)...)...).Error(); err != nil {
 		t.Fatal(err)
 	}
 	opts := &relock.Options{WatchdogTimeout: time.Second, Redis: rueidis.ClientOption{Username: "runner", Password: "secret"}}
