@@ -6,31 +6,14 @@ import (
 	"time"
 )
 
-const (
-	// subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE exchange on the subscription connection; a server
-	// that does not answer in time is treated as a broken connection.
-	subscribeTimeout = 5 * time.Second
-	// reconnectBackoffMin and reconnectBackoffMax bound the delay between attempts to restore the
-	// subscription connection while waiters need it.
-	reconnectBackoffMin = 50 * time.Millisecond
-	reconnectBackoffMax = 2 * time.Second
-)
-
-// unlockMessage is what a release publishes (Redisson's LockPubSub.UNLOCK_MESSAGE): it wakes one local
-// waiter. readUnlockMessage (READ_UNLOCK_MESSAGE) wakes every local waiter of the channel, as when a
-// writer leaves and all readers may enter.
-const (
-	unlockMessage     = "0"
-	readUnlockMessage = "1"
-)
-
 // hub carries every release notification a Client waits for. Each channel is subscribed once however many
 // local goroutines wait on it, and unsubscribed when the last of them leaves. On a single server, every
 // subscription is on one connection of the hub's own (a rueidis dedicated connection), and one goroutine,
 // started at the first wait, owns it and sends every SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in the
-// order they were decided. On a cluster, each channel has a receiver of its own (loopCluster).
+// order they were decided. On a cluster, each channel has a receiver of its own (loopCluster). How a
+// channel's messages wake its waiters is in pubsub_waiters.go.
 type hub struct {
-	sub     subscriber      // Redis, as the hub sees it (hub_redis.go)
+	sub     subscriber      // Redis, as the hub sees it (pubsub_redis.go)
 	life    context.Context // ends at Client.Close
 	cluster bool            // Redis Cluster: one receiver per channel (loopCluster)
 	// sharded reports whether releases on a cluster are announced with sharded pub/sub (Client.shardedPubSub).
@@ -68,21 +51,15 @@ type subAttempt struct {
 	err  error
 }
 
-// waiter is one goroutine waiting for a channel. wake holds at most one pending notification, so a
-// release that arrives while the waiter is busy retrying is kept for its next wait.
-//
-// A notification is a promise that something may be free: it is kept until an attempt that Redis answers
-// has looked (acquiring or not), and whatever ends the wait before that (its ctx, its wait, an attempt that
-// failed) hands it on to another waiter (leave). A waiter whose attempt found too little free for it
-// (weight > 1: a semaphore's permits) hands it on to the waiters that want less (answered).
-type waiter struct {
-	e      *entry
-	weight int // what the waiter wants: a semaphore's permits, 1 for any other kind
-	wake   chan struct{}
-	// taken counts the notifications the waiting goroutine took from wake that no answered attempt has
-	// looked at yet (see attempting, answered). Only the waiting goroutine uses it, leave included.
-	taken int
-}
+const (
+	// subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE exchange on the subscription connection; a server
+	// that does not answer in time is treated as a broken connection.
+	subscribeTimeout = 5 * time.Second
+	// reconnectBackoffMin and reconnectBackoffMax bound the delay between attempts to restore the
+	// subscription connection while waiters need it.
+	reconnectBackoffMin = 50 * time.Millisecond
+	reconnectBackoffMax = 2 * time.Second
+)
 
 func newHub(sub subscriber, life context.Context, cluster bool, sharded func(context.Context, string) (bool, error)) *hub {
 	return &hub{
@@ -96,19 +73,6 @@ func newHub(sub subscriber, life context.Context, cluster bool, sharded func(con
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
-}
-
-// wakePolicy says how many of a Client's waiters on a channel a message wakes: n > 0 up to n, n < 0 all
-// of them, 0 none.
-type wakePolicy func(message string) int
-
-// lockWakes is the locks' policy, Redisson's: a read-write lock's read unlock wakes every waiter, any
-// other release one (a waiter that does not get the lock waits again).
-func lockWakes(message string) int {
-	if message == readUnlockMessage {
-		return -1
-	}
-	return 1
 }
 
 // join registers the calling goroutine as a waiter on channel, whose messages wake waiters as wakes says
@@ -190,80 +154,11 @@ func (h *hub) leave(w *waiter) {
 	}
 }
 
-// attempting is called by w's goroutine before each attempt: a notification pending now is one the
-// attempt looks at.
-func (w *waiter) attempting() {
-	select {
-	case <-w.wake:
-		w.taken++
-	default:
-	}
-}
-
-// took is called by w's goroutine when it took a notification from w.wake.
-func (w *waiter) took() { w.taken++ }
-
-// answered is called by w's goroutine when Redis answered an attempt: the notifications it looked at are
-// used. An attempt that did not acquire shows only that less is free than w wants: when w wants more than
-// one (permits), waiters that want less may still get in, and up to w.weight-1 of them are woken. Each
-// such hand-on goes to lighter waiters only, so it ends; a waiter that wants one found nothing free.
-func (h *hub) answered(w *waiter, acquired bool) {
-	taken := w.taken
-	w.taken = 0
-	if taken == 0 || acquired || w.weight <= 1 {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	wakeLocked(w.e, w.weight-1, w.weight)
-}
-
 func (h *hub) markDirtyLocked(e *entry) {
 	h.dirty[e.channel] = e
 	select {
 	case h.kick <- struct{}{}:
 	default:
-	}
-}
-
-// wakeLocked wakes the n oldest waiters that have no notification pending (and, if lighter > 0, want
-// less than lighter), each at most once: a waiter blocked on its channel takes a notification at once,
-// leaving room for another, so waking "one" n times could wake the same waiter n times.
-func wakeLocked(e *entry, n, lighter int) {
-	for _, w := range e.waiters {
-		if n <= 0 {
-			return
-		}
-		if lighter > 0 && w.weight >= lighter {
-			continue
-		}
-		select {
-		case w.wake <- struct{}{}:
-			n--
-		default:
-		}
-	}
-}
-
-func wakeAllLocked(e *entry) {
-	for _, w := range e.waiters {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// onMessage runs on rueidis's reader goroutine for every message on the subscription connection.
-func (h *hub) onMessage(channel, message string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if e := h.entries[channel]; e != nil {
-		if n := e.wakes(message); n < 0 {
-			wakeAllLocked(e)
-		} else {
-			wakeLocked(e, n, 0)
-		}
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// The hub's state machine on a scripted Redis (hub_fake_test.go), in synctest bubbles: no Redis, no wall
+// The hub's state machine on a scripted Redis (pubsub_fake_test.go), in synctest bubbles: no Redis, no wall
 // clock. Real-Redis behaviour is proven by the Wait/Wake/Subscribe/Cluster tests of the other files.
 
 func TestHubSubscribesOncePerChannel(t *testing.T) {
