@@ -13,24 +13,25 @@ import (
 // order they were decided. On a cluster, each channel has a receiver of its own (loopCluster). How a
 // channel's messages wake its waiters is in pubsub_waiters.go.
 type hub struct {
-	sub     subscriber      // Redis, as the hub sees it (pubsub_redis.go)
+	redis   subscriber      // Redis, as the hub sees it (pubsub_redis.go)
 	life    context.Context // ends at Client.Close
 	cluster bool            // Redis Cluster: one receiver per channel (loopCluster)
 	// sharded reports whether releases on a cluster are announced with sharded pub/sub (Client.shardedPubSub).
 	sharded func(ctx context.Context, channel string) (bool, error)
 
 	mu      sync.Mutex
-	entries map[string]*entry // by channel
-	dirty   map[string]*entry // channels whose subscription may have to change
+	subs    map[string]*subscription // by channel
+	dirty   map[string]*subscription // channels whose subscription may have to change
 	started bool
 	closed  bool
-	kick    chan struct{} // wakes the loop when dirty got entries
+	kick    chan struct{} // wakes the loop when dirty got a subscription
 	done    chan struct{} // closed by close: waiters return ErrClosed
 	stopped chan struct{} // closed when the loop has ended
 }
 
-// entry is one channel: its local waiters, oldest first, and the state of its subscription.
-type entry struct {
+// subscription is one channel the hub's waiters wait on: its local waiters, oldest first, and the state
+// of its subscription in Redis.
+type subscription struct {
 	channel    string
 	wakes      wakePolicy // how many waiters a message wakes (the first joiner's: one kind per channel)
 	waiters    []*waiter
@@ -61,14 +62,14 @@ const (
 	reconnectBackoffMax = 2 * time.Second
 )
 
-func newHub(sub subscriber, life context.Context, cluster bool, sharded func(context.Context, string) (bool, error)) *hub {
+func newHub(redis subscriber, life context.Context, cluster bool, sharded func(context.Context, string) (bool, error)) *hub {
 	return &hub{
-		sub:     sub,
+		redis:   redis,
 		life:    life,
 		cluster: cluster,
 		sharded: sharded,
-		entries: make(map[string]*entry),
-		dirty:   make(map[string]*entry),
+		subs:    make(map[string]*subscription),
+		dirty:   make(map[string]*subscription),
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -93,20 +94,20 @@ func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight
 		h.started = true
 		go h.loop()
 	}
-	e := h.entries[channel]
-	if e == nil {
-		e = &entry{channel: channel, wakes: wakes}
-		h.entries[channel] = e
+	s := h.subs[channel]
+	if s == nil {
+		s = &subscription{channel: channel, wakes: wakes}
+		h.subs[channel] = s
 	}
-	w := &waiter{e: e, weight: weight, wake: make(chan struct{}, 1)}
-	e.waiters = append(e.waiters, w)
+	w := &waiter{sub: s, weight: weight, wake: make(chan struct{}, 1)}
+	s.waiters = append(s.waiters, w)
 	var att *subAttempt
-	if !e.subscribed {
-		if e.pending == nil {
-			e.pending = &subAttempt{done: make(chan struct{})}
-			h.markDirtyLocked(e)
+	if !s.subscribed {
+		if s.pending == nil {
+			s.pending = &subAttempt{done: make(chan struct{})}
+			h.markDirtyLocked(s)
 		}
-		att = e.pending
+		att = s.pending
 	}
 	h.mu.Unlock()
 	if att == nil {
@@ -136,26 +137,26 @@ func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight
 func (h *hub) leave(w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	e := w.e
-	for i, x := range e.waiters {
+	s := w.sub
+	for i, x := range s.waiters {
 		if x == w {
-			copy(e.waiters[i:], e.waiters[i+1:])
-			e.waiters[len(e.waiters)-1] = nil
-			e.waiters = e.waiters[:len(e.waiters)-1]
+			copy(s.waiters[i:], s.waiters[i+1:])
+			s.waiters[len(s.waiters)-1] = nil
+			s.waiters = s.waiters[:len(s.waiters)-1]
 			break
 		}
 	}
 	if unused := w.taken + len(w.wake); unused > 0 {
 		w.taken = 0
-		wakeLocked(e, unused, 0)
+		wakeLocked(s, unused, 0)
 	}
-	if len(e.waiters) == 0 {
-		h.markDirtyLocked(e)
+	if len(s.waiters) == 0 {
+		h.markDirtyLocked(s)
 	}
 }
 
-func (h *hub) markDirtyLocked(e *entry) {
-	h.dirty[e.channel] = e
+func (h *hub) markDirtyLocked(s *subscription) {
+	h.dirty[s.channel] = s
 	select {
 	case h.kick <- struct{}{}:
 	default:
@@ -220,7 +221,7 @@ func (h *hub) loop() {
 		}
 		// While backing off after a failure, changes wait for the retry timer.
 		if conn == nil && retryC == nil && h.needsConnection() {
-			conn, connErr = h.sub.dedicate(h.onMessage)
+			conn, connErr = h.redis.dedicate(h.onMessage)
 		}
 		if conn == nil {
 			continue
@@ -253,13 +254,13 @@ func (h *hub) needsConnection() bool {
 func (h *hub) connectionLost() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, e := range h.entries {
-		if e.subscribed {
-			e.subscribed = false
-			e.resync = true
+	for _, s := range h.subs {
+		if s.subscribed {
+			s.subscribed = false
+			s.resync = true
 		}
-		wakeAllLocked(e)
-		h.markDirtyLocked(e)
+		wakeAllLocked(s)
+		h.markDirtyLocked(s)
 	}
 }
 
@@ -268,20 +269,20 @@ func (h *hub) connectionLost() {
 func (h *hub) reconcile(conn subConn) error {
 	var subs, unsubs []string
 	h.mu.Lock()
-	for ch, e := range h.dirty {
+	for ch, s := range h.dirty {
 		delete(h.dirty, ch)
 		switch {
-		case len(e.waiters) > 0 && !e.subscribed:
-			if e.pending == nil {
-				e.pending = &subAttempt{done: make(chan struct{})}
+		case len(s.waiters) > 0 && !s.subscribed:
+			if s.pending == nil {
+				s.pending = &subAttempt{done: make(chan struct{})}
 			}
 			subs = append(subs, ch)
-		case len(e.waiters) == 0 && e.subscribed:
+		case len(s.waiters) == 0 && s.subscribed:
 			// From here on new waiters must wait for a fresh SUBSCRIBE, sent after this UNSUBSCRIBE.
-			e.subscribed = false
+			s.subscribed = false
 			unsubs = append(unsubs, ch)
-		case len(e.waiters) == 0:
-			h.dropLocked(e)
+		case len(s.waiters) == 0:
+			h.dropLocked(s)
 		}
 	}
 	h.mu.Unlock()
@@ -303,60 +304,60 @@ func (h *hub) reconcile(conn subConn) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, ch := range unsubs {
-		if e := h.entries[ch]; e != nil {
-			h.markDirtyLocked(e) // deleted next round if still unused, or subscribed again
+		if s := h.subs[ch]; s != nil {
+			h.markDirtyLocked(s) // deleted next round if still unused, or subscribed again
 		}
 	}
 	for _, ch := range subs {
-		e := h.entries[ch]
-		if e == nil {
+		s := h.subs[ch]
+		if s == nil {
 			continue
 		}
 		if err != nil {
-			h.failLocked(e, err)
-			h.markDirtyLocked(e)
+			h.failLocked(s, err)
+			h.markDirtyLocked(s)
 			continue
 		}
-		h.confirmLocked(e)
-		if len(e.waiters) == 0 {
-			h.markDirtyLocked(e)
+		h.confirmLocked(s)
+		if len(s.waiters) == 0 {
+			h.markDirtyLocked(s)
 		}
 	}
 	return err
 }
 
-// dropLocked forgets e, which has no waiter and no subscription left, and ends its pending subscription
+// dropLocked forgets s, which has no waiter left and is not subscribed, and ends its pending subscription
 // attempt, if any.
-func (h *hub) dropLocked(e *entry) {
-	if e.pending != nil {
-		close(e.pending.done)
-		e.pending = nil
+func (h *hub) dropLocked(s *subscription) {
+	if s.pending != nil {
+		close(s.pending.done)
+		s.pending = nil
 	}
-	if h.entries[e.channel] == e {
-		delete(h.entries, e.channel)
+	if h.subs[s.channel] == s {
+		delete(h.subs, s.channel)
 	}
 }
 
-// confirmLocked records that Redis confirmed e's subscription: its joiners go on, and, if it had been
+// confirmLocked records that Redis confirmed the subscription s: its joiners go on, and, if it had been
 // lost, every waiter retries (a release may have gone unheard meanwhile).
-func (h *hub) confirmLocked(e *entry) {
-	e.subscribed = true
-	if e.pending != nil {
-		close(e.pending.done)
-		e.pending = nil
+func (h *hub) confirmLocked(s *subscription) {
+	s.subscribed = true
+	if s.pending != nil {
+		close(s.pending.done)
+		s.pending = nil
 	}
-	if e.resync {
-		e.resync = false
-		wakeAllLocked(e)
+	if s.resync {
+		s.resync = false
+		wakeAllLocked(s)
 	}
 }
 
-// failLocked records that e's subscription failed: its joiners return err, its waiters retry.
-func (h *hub) failLocked(e *entry, err error) {
-	if e.pending != nil {
-		e.pending.err = err
-		close(e.pending.done)
-		e.pending = nil
+// failLocked records that the subscription s failed: its joiners return err, its waiters retry.
+func (h *hub) failLocked(s *subscription, err error) {
+	if s.pending != nil {
+		s.pending.err = err
+		close(s.pending.done)
+		s.pending = nil
 	}
-	wakeAllLocked(e)
+	wakeAllLocked(s)
 }

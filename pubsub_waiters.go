@@ -11,7 +11,7 @@ package relock
 // failed) hands it on to another waiter (leave). A waiter whose attempt found too little free for it
 // (weight > 1: a semaphore's permits) hands it on to the waiters that want less (answered).
 type waiter struct {
-	e      *entry
+	sub    *subscription
 	weight int // what the waiter wants: a semaphore's permits, 1 for any other kind
 	wake   chan struct{}
 	// taken counts the notifications the waiting goroutine took from wake that no answered attempt has
@@ -44,11 +44,11 @@ func lockWakes(message string) int {
 func (h *hub) onMessage(channel, message string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if e := h.entries[channel]; e != nil {
-		if n := e.wakes(message); n < 0 {
-			wakeAllLocked(e)
+	if s := h.subs[channel]; s != nil {
+		if n := s.wakes(message); n < 0 {
+			wakeAllLocked(s)
 		} else {
-			wakeLocked(e, n, 0)
+			wakeLocked(s, n, 0)
 		}
 	}
 }
@@ -56,8 +56,8 @@ func (h *hub) onMessage(channel, message string) {
 // wakeLocked wakes the n oldest waiters that have no notification pending (and, if lighter > 0, want
 // less than lighter), each at most once: a waiter blocked on its channel takes a notification at once,
 // leaving room for another, so waking "one" n times could wake the same waiter n times.
-func wakeLocked(e *entry, n, lighter int) {
-	for _, w := range e.waiters {
+func wakeLocked(s *subscription, n, lighter int) {
+	for _, w := range s.waiters {
 		if n <= 0 {
 			return
 		}
@@ -72,8 +72,8 @@ func wakeLocked(e *entry, n, lighter int) {
 	}
 }
 
-func wakeAllLocked(e *entry) {
-	for _, w := range e.waiters {
+func wakeAllLocked(s *subscription) {
+	for _, w := range s.waiters {
 		select {
 		case w.wake <- struct{}{}:
 		default:
@@ -106,5 +106,5 @@ func (h *hub) answered(w *waiter, acquired bool) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	wakeLocked(w.e, w.weight-1, w.weight)
+	wakeLocked(w.sub, w.weight-1, w.weight)
 }
