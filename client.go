@@ -74,6 +74,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/relock-go/relock/internal/redisaddr"
 )
@@ -156,9 +157,9 @@ type Client struct {
 	cluster            bool   // rdb is a cluster client
 	// pubsub is how releases are announced (see ShardedPubSub): pubPlain or pubSharded once known, and
 	// pubUnknown until ShardedPubSubAuto's probe is answered. Scripts publish with the matching command, and
-	// the hub subscribes to match. probing admits one probe at a time.
-	pubsub  atomic.Int32
-	probing chan struct{}
+	// the hub subscribes to match. probe coalesces the probes of concurrent callers.
+	pubsub atomic.Int32
+	probe  singleflight.Group
 
 	holds   *holdTable
 	scripts runner    // runs the scripts of locks, renewals and queues (rueidisRunner)
@@ -446,7 +447,6 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 		id:                 id,
 		watchdogTimeout:    o.WatchdogTimeout,
 		watchdogTimeoutArg: fmtMillis(o.WatchdogTimeout),
-		probing:            make(chan struct{}, 1),
 		fairLockWaitArg:    fmtMillis(o.FairLockWaitTimeout),
 		closing:            closing,
 		beginClose:         beginClose,
