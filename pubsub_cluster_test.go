@@ -263,21 +263,11 @@ func TestClusterShardedPubSubAutoUsesPlainWhenProbeIsRefused(t *testing.T) {
 // waits for Redis to learn it.
 func TestClusterShardedPubSubAutoProbeWithoutReplyIsRetried(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t, 3, 0)
-	c, err := relock.New(cl.Addrs(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	channel := releaseChannel("probe")
-	master, err := cl.MasterOf(channel)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, channel, master := autoProbeCluster(t)
 	if err := master.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = relock.ShardedPubSubFor(ctxTimeout(t, 300*time.Millisecond), c, channel)
+	_, err := relock.ShardedPubSubFor(ctxTimeout(t, 300*time.Millisecond), c, channel)
 	known := relock.PubSubKnown(c)
 	if resumeErr := master.Resume(); resumeErr != nil {
 		t.Fatal(resumeErr)
@@ -310,17 +300,7 @@ func TestClusterShardedPubSubAutoProbeWithoutReplyIsRetried(t *testing.T) {
 // each.
 func TestClusterShardedPubSubAutoAsksOnceForConcurrentCalls(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t, 3, 0)
-	c, err := relock.New(cl.Addrs(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	channel := releaseChannel("probe")
-	master, err := cl.MasterOf(channel)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, channel, master := autoProbeCluster(t)
 	node, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{master.Addr()}, DisableCache: true, ForceSingleClient: true})
 	if err != nil {
 		t.Fatal(err)
@@ -360,6 +340,24 @@ func TestClusterShardedPubSubAutoAsksOnceForConcurrentCalls(t *testing.T) {
 	if got := probesIn(stats); got != 1 {
 		t.Fatalf("the node was asked %d times, want once:\n%s", got, stats)
 	}
+}
+
+// autoProbeCluster starts a cluster and a Client of it with ShardedPubSubAuto, and returns the Client, a
+// channel, and the node a probe for that channel asks.
+func autoProbeCluster(t *testing.T) (*relock.Client, string, *redistest.Server) {
+	t.Helper()
+	cl := redistest.StartCluster(t, 3, 0)
+	c, err := relock.New(cl.Addrs(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	channel := releaseChannel("probe")
+	master, err := cl.MasterOf(channel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, channel, master
 }
 
 // probesIn returns how many PUBSUB SHARDNUMSUB commands INFO commandstats counts.
