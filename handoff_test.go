@@ -111,7 +111,7 @@ func (g *gatedRunner) runAcquire(ctx context.Context, call scriptCall) ([3]int64
 func hubWaiters(c *Client, channel string) []*waiter {
 	c.hub.mu.Lock()
 	defer c.hub.mu.Unlock()
-	if e := c.hub.entries[channel]; e != nil {
+	if e := c.hub.subs[channel]; e != nil {
 		return append([]*waiter(nil), e.waiters...)
 	}
 	return nil
@@ -132,7 +132,7 @@ func hubWaiterCount(c *Client) int {
 	c.hub.mu.Lock()
 	defer c.hub.mu.Unlock()
 	n := 0
-	for _, e := range c.hub.entries {
+	for _, e := range c.hub.subs {
 		n += len(e.waiters)
 	}
 	return n

@@ -133,37 +133,6 @@ func newHoldTable(c *Client, timeout time.Duration) *holdTable {
 	}
 }
 
-// giver is what gives up a Client's hold at Close, and a hold the watchdog ended as lost although Redis may
-// still have it (see timedOutLocked): a lock kind releases the hold wholly, a permit semaphore gives the
-// permit back, a wait queue takes the waiting owner out. A giver is the object that
-// made the hold (an *RLock, ...): recording it costs an acquisition nothing.
-type giver interface {
-	// giveUp gives up the hold k in Redis, announcing it as its owner's release would, trying until
-	// Redis answers, life ends, or deadline (when the hold expires by itself) passes. It returns nil
-	// when Redis has nothing of the hold any more.
-	giveUp(life context.Context, k holdKey, deadline time.Time) error
-}
-
-// relinquishment is a hold Close gives up, in the background.
-type relinquishment struct {
-	k        holdKey
-	giver    giver
-	settling chan struct{} // an earlier operation of the owner being settled, to wait for; or nil
-	deadline time.Time     // when the hold expires by itself: nothing to give up after that
-}
-
-// run gives the hold up, once what settles it is over.
-func (r relinquishment) run(life context.Context) error {
-	if r.settling != nil {
-		select {
-		case <-r.settling:
-		case <-life.Done():
-			return life.Err()
-		}
-	}
-	return r.giver.giveUp(life, r.k, r.deadline)
-}
-
 // acquired records a successful acquisition, first or reentrant, and schedules what the hold needs. Once
 // Close has begun it records nothing: it gives the hold up in the background, and reports false.
 func (w *holdTable) acquired(k holdKey, a acquisition) bool {

@@ -23,9 +23,10 @@ const (
 	// As Redisson does, relock asks with PUBSUB SHARDNUMSUB, once per Client: a reply means sharded, an
 	// error reply (Redis 6 does not know the command; an ACL may deny it) means plain. It asks when it
 	// first needs to know, at the Client's first wait or release, not in New or Wrap; after that, knowing
-	// costs nothing. A question that gets no reply (a broken connection, an ended context) settles nothing:
-	// the operation fails as if its own command had (a wait's subscription and an Unlock are retried as
-	// usual), and the next one asks again.
+	// costs nothing. The operations that need to know at the same time share one question: one whose
+	// context ends stops waiting, and the others still get the answer. A question that gets no reply (a
+	// broken connection) settles nothing: the operations waiting for it fail as if their own command had
+	// (a wait's subscription and an Unlock are retried as usual), and the next one asks again.
 	ShardedPubSubAuto ShardedPubSub = iota
 	// ShardedPubSubOn (Redisson's ON) always uses sharded pub/sub on a cluster. Without it (Redis 6),
 	// every release and every wait fails.
@@ -42,29 +43,46 @@ const (
 )
 
 // shardedPubSub reports whether releases are announced with sharded pub/sub. Once that is known it costs an
-// atomic load; until then (ShardedPubSubAuto) it asks the node of channel's slot, one caller at a time. An
-// error means no answer came: nothing is settled, and the next call asks again.
+// atomic load; until then (ShardedPubSubAuto) it asks the node of channel's slot. An error means no answer
+// came: nothing is settled, and the next call asks again.
 func (c *Client) shardedPubSub(ctx context.Context, channel string) (bool, error) {
 	if s := c.pubsub.Load(); s != pubUnknown {
 		return s == pubSharded, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	// The callers that need the answer at once share one question, asked under the Client's lifetime, not
+	// the first caller's ctx: a caller whose ctx ends stops waiting, and the others still get the answer.
+	answer := c.probe.DoChan("", func() (any, error) { return c.probeShardedPubSub(channel) })
 	select {
-	case c.probing <- struct{}{}:
+	case r := <-answer:
+		if r.Err != nil {
+			return false, r.Err
+		}
+		return r.Val.(bool), nil
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
-	defer func() { <-c.probing }()
-	if s := c.pubsub.Load(); s != pubUnknown { // answered while this call waited its turn
+}
+
+// probeShardedPubSub asks Redis whether releases are announced with sharded pub/sub, and records the answer.
+func (c *Client) probeShardedPubSub(channel string) (bool, error) {
+	if s := c.pubsub.Load(); s != pubUnknown { // answered by the question before this one
 		return s == pubSharded, nil
 	}
 	// Redisson's probe (PubSubConnectionService.checkShardingSupport): PUBSUB SHARDNUMSUB. Given a channel,
-	// rueidis sends it to that channel's node, where the command that needs the answer goes too.
-	err := c.do(ctx, c.rdb.B().PubsubShardnumsub().Channel(channel).Build()).Error()
+	// rueidis sends it to that channel's node, where the command that needs the answer goes too. Its bounds
+	// are those of a call without a deadline (see Client.exec), and Close's end.
+	err := c.do(c.life, c.rdb.B().PubsubShardnumsub().Channel(channel).Build()).Error()
 	if _, ok := rueidis.IsRedisErr(err); ok && !transient(err) {
 		c.pubsub.Store(pubPlain) // unknown subcommand (Redis 6), or denied: Redisson then uses PUBLISH too
 		return false, nil
 	}
 	if err != nil {
+		if c.life.Err() != nil {
+			return false, ErrClosed
+		}
 		return false, err
 	}
 	c.pubsub.Store(pubSharded)

@@ -339,34 +339,6 @@ func (w *holdTable) retryDelay() time.Duration {
 	return min(max(w.timeout/10, 10*time.Millisecond), time.Second)
 }
 
-// shut ends every hold as Close begins: their contexts end with errGivenUp (with errClientClosed when the
-// Client is abandoned), the watchdog stops renewing them, and acquisitions that land from now on are given
-// up as they land (see acquired). It returns what Close gives up in Redis: every hold and wait queue entry,
-// unless abandoned. A placeholder (an operation of the owner being settled, with no hold of its own) is
-// left alone: what settles it is background work, which Close waits for.
-func (w *holdTable) shut(abandon bool) []relinquishment {
-	cause := errGivenUp
-	if abandon {
-		cause = errClientClosed
-	}
-	w.mu.Lock()
-	w.closed = true
-	var ended []ending
-	var gives []relinquishment
-	for _, h := range w.holds {
-		if h.acquiredAt.IsZero() {
-			continue
-		}
-		if !abandon && h.giver != nil {
-			gives = append(gives, relinquishment{k: h.key, giver: h.giver, settling: h.settling, deadline: h.expiresAt})
-		}
-		ended = append(ended, w.endLocked(h, cause))
-	}
-	w.mu.Unlock()
-	reportAll(w.c.tel, ended)
-	return gives
-}
-
 // close ends the watchdog once the Client's lifetime is over: the loop stops, and whatever is left in the
 // table ends with errClientClosed.
 func (w *holdTable) close() {

@@ -217,6 +217,16 @@ func (r *procRunner) run(ctx context.Context, locked bool, d time.Duration) (dem
 	return total, demoFirst(errs)
 }
 
+// demoFirst returns the first error of errs that is not nil.
+func demoFirst(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (r *procRunner) progress() int64 {
 	var n int64
 	for _, c := range r.children {

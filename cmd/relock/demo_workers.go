@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/relock-go/relock"
+	"golang.org/x/sync/errgroup"
 )
 
 // demoConfig is what every process of a demo needs to run workers; the demo sends it to its worker
@@ -365,36 +365,23 @@ func (r *localRunner) run(ctx context.Context, locked bool, d time.Duration) (de
 	r.done.Store(0)
 	phase, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	g, phase := errgroup.WithContext(phase) // one worker failing ends the phase for all
 	stats := make([]demoStats, len(r.workers))
-	errs := make([]error, len(r.workers))
-	var wg sync.WaitGroup
 	for i, w := range r.workers {
-		wg.Go(func() {
-			stats[i], errs[i] = w.run(ctx, phase, locked, &r.done)
-			if errs[i] != nil {
-				cancel() // one worker failing ends the phase for all
-			}
+		g.Go(func() (err error) {
+			stats[i], err = w.run(ctx, phase, locked, &r.done)
+			return err
 		})
 	}
-	wg.Wait()
+	err := g.Wait() // the first error: the one that ended the phase for the others
 	var total demoStats
 	for _, s := range stats {
 		total.add(s)
 	}
-	if err := ctx.Err(); err != nil {
-		return total, err
+	if cerr := ctx.Err(); cerr != nil {
+		return total, cerr
 	}
-	return total, demoFirst(errs)
-}
-
-// demoFirst returns the first error of errs that is not nil: the one that ended the phase for the others.
-func demoFirst(errs []error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return total, err
 }
 
 func (r *localRunner) progress() int64 { return r.done.Load() }

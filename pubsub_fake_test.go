@@ -378,9 +378,9 @@ func woken(w *waiter) bool {
 	}
 }
 
-// channels returns the channels the hub has entries for.
+// channels returns the channels the hub keeps a subscription for.
 func (h *hub) channels() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return slices.Sorted(maps.Keys(h.entries))
+	return slices.Sorted(maps.Keys(h.subs))
 }

@@ -2,7 +2,9 @@ package relock_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -256,33 +258,25 @@ func TestClusterShardedPubSubAutoUsesPlainWhenProbeIsRefused(t *testing.T) {
 	checkReleasesAnnounced(t, d, holder, waiter, false)
 }
 
-// A probe that gets no reply settles nothing: the next need probes again. Once answered, the answer is
-// kept, and no call waits for Redis to learn it.
+// A probe that gets no reply settles nothing: a call whose context ends first fails, and the next needs
+// ask again (or wait for the question still under way). Once answered, the answer is kept, and no call
+// waits for Redis to learn it.
 func TestClusterShardedPubSubAutoProbeWithoutReplyIsRetried(t *testing.T) {
 	t.Parallel()
-	cl := redistest.StartCluster(t, 3, 0)
-	c, err := relock.New(cl.Addrs(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	channel := releaseChannel("probe")
-	master, err := cl.MasterOf(channel)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, channel, master := autoProbeCluster(t)
 	if err := master.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = relock.ShardedPubSubFor(ctxTimeout(t, 300*time.Millisecond), c, channel)
+	_, err := relock.ShardedPubSubFor(ctxTimeout(t, 300*time.Millisecond), c, channel)
+	known := relock.PubSubKnown(c)
 	if resumeErr := master.Resume(); resumeErr != nil {
 		t.Fatal(resumeErr)
 	}
 	if err == nil {
 		t.Fatal("a probe to a paused node succeeded")
 	}
-	if got := relock.PubSubKnown(c); got != "" {
-		t.Fatalf("an unanswered probe settled on %q", got)
+	if known != "" {
+		t.Fatalf("an unanswered probe settled on %q", known)
 	}
 	// The next needs ask again. (The first may still fail: rueidis may be reconnecting to the node that
 	// did not answer, under the ended context of the call that found it broken.)
@@ -299,6 +293,82 @@ func TestClusterShardedPubSubAutoProbeWithoutReplyIsRetried(t *testing.T) {
 	if sharded, err := relock.ShardedPubSubFor(ended, c, channel); !sharded || err != nil {
 		t.Fatalf("once known, a call with an ended context gave %v, %v", sharded, err)
 	}
+}
+
+// The calls that need ShardedPubSubAuto's answer at the same time share one question: a call whose context
+// ends while the question is unanswered costs the others nothing, and they get its answer, not a question
+// each.
+func TestClusterShardedPubSubAutoAsksOnceForConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	c, channel, master := autoProbeCluster(t)
+	node, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{master.Addr()}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	ctx := ctxTimeout(t, 30*time.Second)
+	if err := node.Do(ctx, node.B().ConfigResetstat().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := master.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	_, short := relock.ShardedPubSubFor(ctxTimeout(t, 300*time.Millisecond), c, channel)
+	type answer struct {
+		sharded bool
+		err     error
+	}
+	later, laterCtx := make(chan answer, 1), ctxTimeout(t, 20*time.Second)
+	go func() {
+		sharded, err := relock.ShardedPubSubFor(laterCtx, c, channel)
+		later <- answer{sharded, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // the later call waits for the answer
+	if err := master.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(short, context.DeadlineExceeded) {
+		t.Fatalf("the call whose context ended first gave %v, want its deadline", short)
+	}
+	if a := <-later; !a.sharded || a.err != nil {
+		t.Fatalf("the later call gave %v, %v; want sharded (Redis 7)", a.sharded, a.err)
+	}
+	stats, err := node.Do(ctx, node.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := probesIn(stats); got != 1 {
+		t.Fatalf("the node was asked %d times, want once:\n%s", got, stats)
+	}
+}
+
+// autoProbeCluster starts a cluster and a Client of it with ShardedPubSubAuto, and returns the Client, a
+// channel, and the node a probe for that channel asks.
+func autoProbeCluster(t *testing.T) (*relock.Client, string, *redistest.Server) {
+	t.Helper()
+	cl := redistest.StartCluster(t, 3, 0)
+	c, err := relock.New(cl.Addrs(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	channel := releaseChannel("probe")
+	master, err := cl.MasterOf(channel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, channel, master
+}
+
+// probesIn returns how many PUBSUB SHARDNUMSUB commands INFO commandstats counts.
+func probesIn(stats string) int {
+	for line := range strings.Lines(stats) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_pubsub|shardnumsub:calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
 }
 
 // With plain pub/sub, a waiter's subscription lives on any one node: when that node fails, it is made

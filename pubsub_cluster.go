@@ -23,46 +23,46 @@ func (h *hub) loopCluster() {
 		case <-h.kick:
 		}
 		h.mu.Lock()
-		for ch, e := range h.dirty {
+		for ch, s := range h.dirty {
 			delete(h.dirty, ch)
 			switch {
-			case len(e.waiters) > 0 && e.stop == nil:
-				if !e.subscribed && e.pending == nil {
-					e.pending = &subAttempt{done: make(chan struct{})}
+			case len(s.waiters) > 0 && s.stop == nil:
+				if !s.subscribed && s.pending == nil {
+					s.pending = &subAttempt{done: make(chan struct{})}
 				}
 				ctx, stop := context.WithCancel(h.life)
-				e.gen++
-				e.stop, e.receiving = stop, true
+				s.gen++
+				s.stop, s.receiving = stop, true
 				receivers.Add(1)
 				go func(gen int) {
 					defer receivers.Done()
-					h.receive(ctx, e, gen)
-				}(e.gen)
-			case len(e.waiters) == 0 && e.stop != nil:
-				e.stop() // the receiver unsubscribes, then removes the entry
-				e.stop = nil
-			case len(e.waiters) == 0 && !e.receiving:
-				h.dropLocked(e)
+					h.receive(ctx, s, gen)
+				}(s.gen)
+			case len(s.waiters) == 0 && s.stop != nil:
+				s.stop() // the receiver unsubscribes, then removes the subscription
+				s.stop = nil
+			case len(s.waiters) == 0 && !s.receiving:
+				h.dropLocked(s)
 			}
 		}
 		h.mu.Unlock()
 	}
 }
 
-// receive holds e's subscription until ctx ends, subscribing again after each loss.
-func (h *hub) receive(ctx context.Context, e *entry, gen int) {
+// receive holds the subscription s until ctx ends, subscribing again after each loss.
+func (h *hub) receive(ctx context.Context, s *subscription, gen int) {
 	backoff := reconnectBackoffMin
 	for {
-		err := h.receiveOnce(ctx, e, gen, &backoff)
+		err := h.receiveOnce(ctx, s, gen, &backoff)
 		h.mu.Lock()
-		if e.gen == gen {
-			if e.subscribed {
-				e.subscribed, e.resync = false, true
+		if s.gen == gen {
+			if s.subscribed {
+				s.subscribed, s.resync = false, true
 			}
 			if err != nil && ctx.Err() == nil {
-				h.failLocked(e, err)
+				h.failLocked(s, err)
 			} else {
-				wakeAllLocked(e)
+				wakeAllLocked(s)
 			}
 		}
 		h.mu.Unlock()
@@ -77,34 +77,34 @@ func (h *hub) receive(ctx context.Context, e *entry, gen int) {
 		}
 		h.mu.Lock()
 		if ctx.Err() != nil {
-			if e.gen == gen {
-				e.receiving = false
-				h.markDirtyLocked(e) // removed if unused, or given a new receiver
+			if s.gen == gen {
+				s.receiving = false
+				h.markDirtyLocked(s) // removed if unused, or given a new receiver
 			}
 			h.mu.Unlock()
 			return
 		}
-		if e.gen == gen && !e.subscribed && e.pending == nil {
-			e.pending = &subAttempt{done: make(chan struct{})} // joiners wait for the next subscription
+		if s.gen == gen && !s.subscribed && s.pending == nil {
+			s.pending = &subAttempt{done: make(chan struct{})} // joiners wait for the next subscription
 		}
 		h.mu.Unlock()
 	}
 }
 
-// receiveOnce subscribes to e's channel, with SSUBSCRIBE or SUBSCRIBE as releases are announced, and
+// receiveOnce subscribes to the channel of s, with SSUBSCRIBE or SUBSCRIBE as releases are announced, and
 // delivers its messages until the subscription is lost or ctx ends (then it unsubscribes). A successful
 // subscription resets *backoff.
-func (h *hub) receiveOnce(ctx context.Context, e *entry, gen int, backoff *time.Duration) error {
+func (h *hub) receiveOnce(ctx context.Context, s *subscription, gen int, backoff *time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
-	sharded, err := h.sharded(pctx, e.channel)
+	sharded, err := h.sharded(pctx, s.channel)
 	cancel()
 	if err != nil {
 		return err
 	}
-	return h.sub.receive(ctx, e.channel, sharded, func() {
+	return h.redis.receive(ctx, s.channel, sharded, func() {
 		h.mu.Lock() // on rueidis's reader: no blocking here
-		if e.gen == gen {
-			h.confirmLocked(e)
+		if s.gen == gen {
+			h.confirmLocked(s)
 			*backoff = reconnectBackoffMin
 		}
 		h.mu.Unlock()

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// The hub's state machine on a scripted Redis (hub_fake_test.go), in synctest bubbles: no Redis, no wall
+// The hub's state machine on a scripted Redis (pubsub_fake_test.go), in synctest bubbles: no Redis, no wall
 // clock. Real-Redis behaviour is proven by the Wait/Wake/Subscribe/Cluster tests of the other files.
 
 func TestHubSubscribesOncePerChannel(t *testing.T) {
@@ -57,14 +57,14 @@ func TestHubSubscribesOncePerChannel(t *testing.T) {
 				r.commands(), r.subscribed("a"), r.subscribed("b"))
 		}
 		if got := h.channels(); !slices.Equal(got, []string{"b"}) {
-			t.Fatalf("hub entries %q, want [b]", got)
+			t.Fatalf("hub keeps %q, want [b]", got)
 		}
 		for _, w := range bs {
 			h.leave(w)
 		}
 		synctest.Wait()
 		if r.count("unsubscribe", "b") != 1 || r.subscribed("b") != 0 || len(h.channels()) != 0 {
-			t.Fatalf("after every waiter left: %q, entries %q", r.commands(), h.channels())
+			t.Fatalf("after every waiter left: %q, kept %q", r.commands(), h.channels())
 		}
 	})
 }
@@ -213,7 +213,7 @@ func TestHubJoinCancelledLeavesNoSubscription(t *testing.T) {
 		synctest.Wait()
 		want := []string{"dial", "subscribe a", "unsubscribe a"}
 		if got := r.commands(); !slices.Equal(got, want) || r.subscribed("a") != 0 || len(h.channels()) != 0 {
-			t.Fatalf("commands %q (want %q), a subscribed %d times, entries %q", got, want, r.subscribed("a"), h.channels())
+			t.Fatalf("commands %q (want %q), a subscribed %d times, kept %q", got, want, r.subscribed("a"), h.channels())
 		}
 	})
 }
@@ -400,7 +400,7 @@ func TestHubClusterOneReceiverPerChannel(t *testing.T) {
 				h.leave(ws[0])
 				synctest.Wait()
 				if r.count(unsub, "a") != 1 || r.subscribed("a") != 0 || !slices.Equal(h.channels(), []string{"b"}) {
-					t.Fatalf("after a's last waiter left: %q, a subscribed %d times, entries %q", r.commands(), r.subscribed("a"), h.channels())
+					t.Fatalf("after a's last waiter left: %q, a subscribed %d times, kept %q", r.commands(), r.subscribed("a"), h.channels())
 				}
 				w := mustJoin(t, h, "a")
 				if r.count(sub, "a") != 2 || r.subscribed("a") != 1 {

@@ -1,0 +1,363 @@
+package relock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// hub carries every release notification a Client waits for. Each channel is subscribed once however many
+// local goroutines wait on it, and unsubscribed when the last of them leaves. On a single server, every
+// subscription is on one connection of the hub's own (a rueidis dedicated connection), and one goroutine,
+// started at the first wait, owns it and sends every SUBSCRIBE and UNSUBSCRIBE, so they reach Redis in the
+// order they were decided. On a cluster, each channel has a receiver of its own (loopCluster). How a
+// channel's messages wake its waiters is in pubsub_waiters.go.
+type hub struct {
+	redis   subscriber      // Redis, as the hub sees it (pubsub_redis.go)
+	life    context.Context // ends at Client.Close
+	cluster bool            // Redis Cluster: one receiver per channel (loopCluster)
+	// sharded reports whether releases on a cluster are announced with sharded pub/sub (Client.shardedPubSub).
+	sharded func(ctx context.Context, channel string) (bool, error)
+
+	mu      sync.Mutex
+	subs    map[string]*subscription // by channel
+	dirty   map[string]*subscription // channels whose subscription may have to change
+	started bool
+	closed  bool
+	kick    chan struct{} // wakes the loop when dirty got a subscription
+	done    chan struct{} // closed by close: waiters return ErrClosed
+	stopped chan struct{} // closed when the loop has ended
+}
+
+// subscription is one channel the hub's waiters wait on: its local waiters, oldest first, and the state
+// of its subscription in Redis.
+type subscription struct {
+	channel    string
+	wakes      wakePolicy // how many waiters a message wakes (the first joiner's: one kind per channel)
+	waiters    []*waiter
+	subscribed bool        // confirmed by Redis on the current connection
+	pending    *subAttempt // the subscription new waiters wait for; nil when subscribed
+	resync     bool        // the connection was lost: wake every waiter once subscribed again
+
+	// Cluster only: the current receiver's generation, its stop function (nil when no receiver is
+	// wanted), and whether a receiver of that generation still runs.
+	gen       int
+	stop      context.CancelFunc
+	receiving bool
+}
+
+// subAttempt is one SUBSCRIBE that joiners wait for.
+type subAttempt struct {
+	done chan struct{}
+	err  error
+}
+
+const (
+	// subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE exchange on the subscription connection; a server
+	// that does not answer in time is treated as a broken connection.
+	subscribeTimeout = 5 * time.Second
+	// reconnectBackoffMin and reconnectBackoffMax bound the delay between attempts to restore the
+	// subscription connection while waiters need it.
+	reconnectBackoffMin = 50 * time.Millisecond
+	reconnectBackoffMax = 2 * time.Second
+)
+
+func newHub(redis subscriber, life context.Context, cluster bool, sharded func(context.Context, string) (bool, error)) *hub {
+	return &hub{
+		redis:   redis,
+		life:    life,
+		cluster: cluster,
+		sharded: sharded,
+		subs:    make(map[string]*subscription),
+		dirty:   make(map[string]*subscription),
+		kick:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+}
+
+// join registers the calling goroutine as a waiter on channel, whose messages wake waiters as wakes says
+// (nil: lockWakes), and returns once Redis has confirmed the subscription, so a release published after
+// join returns is never missed. weight is what the waiter wants (a semaphore's permits; 0 stands for 1).
+// The caller must leave.
+func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight int) (*waiter, error) {
+	if wakes == nil {
+		wakes = lockWakes
+	}
+	weight = max(weight, 1)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if !h.started {
+		h.started = true
+		go h.loop()
+	}
+	s := h.subs[channel]
+	if s == nil {
+		s = &subscription{channel: channel, wakes: wakes}
+		h.subs[channel] = s
+	}
+	w := &waiter{sub: s, weight: weight, wake: make(chan struct{}, 1)}
+	s.waiters = append(s.waiters, w)
+	var att *subAttempt
+	if !s.subscribed {
+		if s.pending == nil {
+			s.pending = &subAttempt{done: make(chan struct{})}
+			h.markDirtyLocked(s)
+		}
+		att = s.pending
+	}
+	h.mu.Unlock()
+	if att == nil {
+		return w, nil
+	}
+	select {
+	case <-att.done:
+		if att.err == nil {
+			return w, nil
+		}
+		h.leave(w)
+		return nil, att.err
+	case <-ctx.Done():
+		h.leave(w)
+		return nil, ctx.Err()
+	case <-h.done:
+		h.leave(w)
+		return nil, ErrClosed
+	}
+}
+
+// leave removes w. Every notification w got and did not use (see waiter) goes to another waiter, one
+// each, whether or not w acquired: a notification still pending arrived after w's last attempt began, for
+// a release that attempt may not have seen, and one taken but not looked at by an answered attempt (ctx
+// ended, an attempt failed) was not used at all. Dropping either would leave a waiter asleep while what
+// that release freed stays free. At worst the waiter woken tries once for nothing.
+func (h *hub) leave(w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := w.sub
+	for i, x := range s.waiters {
+		if x == w {
+			copy(s.waiters[i:], s.waiters[i+1:])
+			s.waiters[len(s.waiters)-1] = nil
+			s.waiters = s.waiters[:len(s.waiters)-1]
+			break
+		}
+	}
+	if unused := w.taken + len(w.wake); unused > 0 {
+		w.taken = 0
+		wakeLocked(s, unused, 0)
+	}
+	if len(s.waiters) == 0 {
+		h.markDirtyLocked(s)
+	}
+}
+
+func (h *hub) markDirtyLocked(s *subscription) {
+	h.dirty[s.channel] = s
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// stop makes every waiter, and every later join, return ErrClosed. The loop goes on (waiters leave, and
+// their subscriptions end) until the Client's lifetime is over.
+func (h *hub) stop() {
+	h.mu.Lock()
+	if !h.closed {
+		h.closed = true
+		close(h.done)
+	}
+	h.mu.Unlock()
+}
+
+// close ends the hub; the Client's lifetime must already be over so that the loop stops.
+func (h *hub) close() {
+	h.stop()
+	h.mu.Lock()
+	started := h.started
+	h.mu.Unlock()
+	if started {
+		<-h.stopped
+	}
+}
+
+// loop owns the subscription connection and brings the subscriptions in Redis in line with the waiters.
+func (h *hub) loop() {
+	defer close(h.stopped)
+	if h.cluster {
+		h.loopCluster()
+		return
+	}
+	var (
+		conn    subConn
+		connErr <-chan error
+		retry   *time.Timer
+		retryC  <-chan time.Time
+		backoff = reconnectBackoffMin
+	)
+	defer func() {
+		if conn != nil {
+			conn.close()
+		}
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-h.life.Done():
+			return
+		case <-h.kick:
+		case <-retryC:
+			retryC = nil
+		case <-connErr: // closed, with at most one error: the connection is gone
+			conn.close()
+			conn, connErr = nil, nil
+			h.connectionLost()
+		}
+		// While backing off after a failure, changes wait for the retry timer.
+		if conn == nil && retryC == nil && h.needsConnection() {
+			conn, connErr = h.redis.dedicate(h.onMessage)
+		}
+		if conn == nil {
+			continue
+		}
+		if err := h.reconcile(conn); err != nil {
+			conn.close()
+			conn, connErr = nil, nil
+			h.connectionLost()
+			if retry == nil {
+				retry = time.NewTimer(backoff)
+			} else {
+				retry.Reset(backoff)
+			}
+			retryC = retry.C
+			backoff = min(2*backoff, reconnectBackoffMax)
+			continue
+		}
+		backoff = reconnectBackoffMin
+	}
+}
+
+func (h *hub) needsConnection() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.dirty) > 0
+}
+
+// connectionLost marks every subscription as gone. Waiters are woken to retry at once (a release may
+// have been published while nobody listened), and again when their channel is subscribed anew.
+func (h *hub) connectionLost() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.subs {
+		if s.subscribed {
+			s.subscribed = false
+			s.resync = true
+		}
+		wakeAllLocked(s)
+		h.markDirtyLocked(s)
+	}
+}
+
+// reconcile sends the UNSUBSCRIBE and SUBSCRIBE commands the dirty channels need, in that order, and
+// records their outcome. A non-nil error means the connection is unusable.
+func (h *hub) reconcile(conn subConn) error {
+	var subs, unsubs []string
+	h.mu.Lock()
+	for ch, s := range h.dirty {
+		delete(h.dirty, ch)
+		switch {
+		case len(s.waiters) > 0 && !s.subscribed:
+			if s.pending == nil {
+				s.pending = &subAttempt{done: make(chan struct{})}
+			}
+			subs = append(subs, ch)
+		case len(s.waiters) == 0 && s.subscribed:
+			// From here on new waiters must wait for a fresh SUBSCRIBE, sent after this UNSUBSCRIBE.
+			s.subscribed = false
+			unsubs = append(unsubs, ch)
+		case len(s.waiters) == 0:
+			h.dropLocked(s)
+		}
+	}
+	h.mu.Unlock()
+	if len(subs) == 0 && len(unsubs) == 0 {
+		return nil
+	}
+
+	ctx, cancel := context.WithTimeout(h.life, subscribeTimeout)
+	defer cancel()
+	var err error
+	if len(unsubs) > 0 {
+		err = conn.unsubscribe(ctx, unsubs)
+	}
+	if err == nil && len(subs) > 0 {
+		// Redis runs SUBSCRIBE as one command: when its first confirmation arrives, every channel is subscribed.
+		err = conn.subscribe(ctx, subs)
+	}
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ch := range unsubs {
+		if s := h.subs[ch]; s != nil {
+			h.markDirtyLocked(s) // deleted next round if still unused, or subscribed again
+		}
+	}
+	for _, ch := range subs {
+		s := h.subs[ch]
+		if s == nil {
+			continue
+		}
+		if err != nil {
+			h.failLocked(s, err)
+			h.markDirtyLocked(s)
+			continue
+		}
+		h.confirmLocked(s)
+		if len(s.waiters) == 0 {
+			h.markDirtyLocked(s)
+		}
+	}
+	return err
+}
+
+// dropLocked forgets s, which has no waiter left and is not subscribed, and ends its pending subscription
+// attempt, if any.
+func (h *hub) dropLocked(s *subscription) {
+	if s.pending != nil {
+		close(s.pending.done)
+		s.pending = nil
+	}
+	if h.subs[s.channel] == s {
+		delete(h.subs, s.channel)
+	}
+}
+
+// confirmLocked records that Redis confirmed the subscription s: its joiners go on, and, if it had been
+// lost, every waiter retries (a release may have gone unheard meanwhile).
+func (h *hub) confirmLocked(s *subscription) {
+	s.subscribed = true
+	if s.pending != nil {
+		close(s.pending.done)
+		s.pending = nil
+	}
+	if s.resync {
+		s.resync = false
+		wakeAllLocked(s)
+	}
+}
+
+// failLocked records that the subscription s failed: its joiners return err, its waiters retry.
+func (h *hub) failLocked(s *subscription, err error) {
+	if s.pending != nil {
+		s.pending.err = err
+		close(s.pending.done)
+		s.pending = nil
+	}
+	wakeAllLocked(s)
+}

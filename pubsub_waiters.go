@@ -1,0 +1,110 @@
+package relock
+
+// The hub's waiters, and how the messages of a channel wake them: a notification that one of them may
+// acquire is never dropped on the way (see waiter).
+
+// waiter is one goroutine waiting for a channel. wake holds at most one pending notification, so a
+// release that arrives while the waiter is busy retrying is kept for its next wait.
+//
+// A notification is a promise that something may be free: it is kept until an attempt that Redis answers
+// has looked (acquiring or not), and whatever ends the wait before that (its ctx, its wait, an attempt that
+// failed) hands it on to another waiter (leave). A waiter whose attempt found too little free for it
+// (weight > 1: a semaphore's permits) hands it on to the waiters that want less (answered).
+type waiter struct {
+	sub    *subscription
+	weight int // what the waiter wants: a semaphore's permits, 1 for any other kind
+	wake   chan struct{}
+	// taken counts the notifications the waiting goroutine took from wake that no answered attempt has
+	// looked at yet (see attempting, answered). Only the waiting goroutine uses it, leave included.
+	taken int
+}
+
+// unlockMessage is what a release publishes (Redisson's LockPubSub.UNLOCK_MESSAGE): it wakes one local
+// waiter. readUnlockMessage (READ_UNLOCK_MESSAGE) wakes every local waiter of the channel, as when a
+// writer leaves and all readers may enter.
+const (
+	unlockMessage     = "0"
+	readUnlockMessage = "1"
+)
+
+// wakePolicy says how many of a Client's waiters on a channel a message wakes: n > 0 up to n, n < 0 all
+// of them, 0 none.
+type wakePolicy func(message string) int
+
+// lockWakes is the locks' policy, Redisson's: a read-write lock's read unlock wakes every waiter, any
+// other release one (a waiter that does not get the lock waits again).
+func lockWakes(message string) int {
+	if message == readUnlockMessage {
+		return -1
+	}
+	return 1
+}
+
+// onMessage runs on rueidis's reader goroutine for every message on the subscription connection.
+func (h *hub) onMessage(channel, message string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.subs[channel]; s != nil {
+		if n := s.wakes(message); n < 0 {
+			wakeAllLocked(s)
+		} else {
+			wakeLocked(s, n, 0)
+		}
+	}
+}
+
+// wakeLocked wakes the n oldest waiters that have no notification pending (and, if lighter > 0, want
+// less than lighter), each at most once: a waiter blocked on its channel takes a notification at once,
+// leaving room for another, so waking "one" n times could wake the same waiter n times.
+func wakeLocked(s *subscription, n, lighter int) {
+	for _, w := range s.waiters {
+		if n <= 0 {
+			return
+		}
+		if lighter > 0 && w.weight >= lighter {
+			continue
+		}
+		select {
+		case w.wake <- struct{}{}:
+			n--
+		default:
+		}
+	}
+}
+
+func wakeAllLocked(s *subscription) {
+	for _, w := range s.waiters {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// attempting is called by w's goroutine before each attempt: a notification pending now is one the
+// attempt looks at.
+func (w *waiter) attempting() {
+	select {
+	case <-w.wake:
+		w.taken++
+	default:
+	}
+}
+
+// took is called by w's goroutine when it took a notification from w.wake.
+func (w *waiter) took() { w.taken++ }
+
+// answered is called by w's goroutine when Redis answered an attempt: the notifications it looked at are
+// used. An attempt that did not acquire shows only that less is free than w wants: when w wants more than
+// one (permits), waiters that want less may still get in, and up to w.weight-1 of them are woken. Each
+// such hand-on goes to lighter waiters only, so it ends; a waiter that wants one found nothing free.
+func (h *hub) answered(w *waiter, acquired bool) {
+	taken := w.taken
+	w.taken = 0
+	if taken == 0 || acquired || w.weight <= 1 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	wakeLocked(w.sub, w.weight-1, w.weight)
+}
