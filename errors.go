@@ -245,9 +245,15 @@ func redisReply(err error) (*rueidis.RedisError, bool) {
 }
 
 // transientReply reports whether rerr is Redis saying it cannot serve now, without running the command:
-// a cluster failing over or down, a server loading its data, a replica without its master.
+// a cluster failing over or down, a server loading its data, a replica without its master, or a server over
+// its maxmemory with noeviction (OOM). A server over its maxmemory refuses a script at its first write that
+// needs memory; relock's scripts make those writes before any that a repeat would apply twice (a release's
+// decrement comes before its record, a semaphore's count before anything), so a refused one is safe to
+// send again.
 func transientReply(rerr *rueidis.RedisError) bool {
-	return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(rerr.Error(), "MASTERDOWN")
+	msg := rerr.Error()
+	return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(msg, "MASTERDOWN") ||
+		strings.HasPrefix(msg, "OOM")
 }
 
 // outcomeUnknown reports whether a failed command got no definite answer: Redis did not reply. It may
@@ -288,7 +294,7 @@ func mayHaveRun(err error) bool {
 
 // errSettling is the failure of an operation that did not wait for the settling of an earlier operation
 // of its owner on the same lock, whose attempts fail (see holdTable.prepare). Nothing was sent.
-var errSettling = errors.New("relock: an earlier call of this owner on the lock got no answer, and is still being settled")
+var errSettling = errors.New("relock: an earlier call of this owner on the lock is still being completed in the background")
 
 // settlingError is errSettling, because of cause, the last failure of the settling: an error matching
 // ErrUnavailable, and cause unless it is a context's (the settling's attempt's, not the caller's).

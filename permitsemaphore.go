@@ -273,7 +273,7 @@ func (s *PermitSemaphore) releaseHolds(ctx context.Context, op string, ks []hold
 			endSpan(span, outcomeReleased, nil)
 		}
 		return lost, nil
-	case ctx.Err() != nil || outcomeUnknown(err):
+	case ctx.Err() != nil || outcomeUnknown(err) || didNotRun(err): // no answer, or Redis cannot serve now (LOADING, OOM...)
 		s.giveBack(ids...)
 		for _, k := range ks {
 			s.c.holds.released(k, 0)

@@ -55,7 +55,9 @@ func (l *RLock) unlock(ctx context.Context) error {
 		return l.fail(ctx, "unlock", kind.asNotHeld())
 	}
 	if err != nil {
-		if outcomeUnknown(err) {
+		// No answer, or Redis saying it cannot serve now (LOADING, OOM...): the release is completed in the
+		// background, as the owner asked. Any other error reply (NOPERM...) is the caller's to mend.
+		if outcomeUnknown(err) || didNotRun(err) {
 			l.releaseInBackground(k, call)
 		}
 		l.c.holds.releaseUnanswered(k)

@@ -75,8 +75,8 @@ func (w *holdTable) settle(k holdKey) (prior int64, done func(count int64)) {
 }
 
 // unlocking marks the owner's hold k as being released in the background (an Unlock that could not learn
-// the outcome of its release, or could not send it). If that release is the owner's last (the hold count
-// known is 1 or less), the hold ends now for the Client: the watchdog stops renewing it and its contexts end
+// the outcome of its release, or could not send it), one level less than the Client knew. If that release is
+// the owner's last (no level is left), the hold ends now for the Client: the watchdog stops renewing it and its contexts end
 // with context.Canceled. Until done is called with the count Redis answered (negative: no answer), the
 // owner's next operation on the lock waits. after is the settling the release must wait for first (an
 // earlier operation of the owner whose outcome is being settled), or nil; deadline is when the hold would
@@ -93,7 +93,10 @@ func (w *holdTable) unlocking(k holdKey) (after <-chan struct{}, deadline time.T
 		}
 		if !h.acquiredAt.IsZero() {
 			deadline = h.expiresAt
-			if h.count <= 1 {
+			// The owner gave this level up, whenever Redis hears of it: its last Unlock ends the hold now,
+			// even while earlier ones are still being completed.
+			h.count--
+			if h.count <= 0 {
 				e = w.endLocked(h, context.Canceled)
 				h = nil
 			}
