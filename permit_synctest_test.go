@@ -33,7 +33,7 @@ func takenPermit(t *testing.T, f *fakeRunner, s *PermitSemaphore, owner context.
 // given answers a permit release script: each id given back (1) or not (0), as given says.
 func given(given int64) func(scriptCall) ([]int64, error) {
 	return func(call scriptCall) ([]int64, error) {
-		out := make([]int64, len(call.args)-1) // ARGV[1] is the publish command
+		out := make([]int64, len(call.args)-2) // ARGV[1] is the publish command, ARGV[2] the marks' TTL
 		for i := range out {
 			out[i] = given
 		}

@@ -30,7 +30,7 @@ import (
 type PermitSemaphore struct {
 	syncObject
 	timeouts   string   // the permits taken, "{name}:timeout"
-	permitKeys []string // the counter, the permits taken, the channel
+	permitKeys []string // the counter, the permits taken, the channel, the undone acquisitions' marks
 }
 
 // PermitSemaphore returns the expirable semaphore called name. Set its permits with TrySetPermits or
@@ -38,7 +38,7 @@ type PermitSemaphore struct {
 func (c *Client) PermitSemaphore(name string) *PermitSemaphore {
 	timeouts := permitsKey(name)
 	s := &PermitSemaphore{syncObject: newSyncObject(c, kindSemaphore, name, companion("redisson_sc", name)), timeouts: timeouts}
-	s.permitKeys = []string{name, timeouts, s.channel}
+	s.permitKeys = []string{name, timeouts, s.channel, undoneKey(name)}
 	return s
 }
 
@@ -203,10 +203,14 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 // giveBack releases, in the background, permits an acquisition may have taken although its reply was lost,
 // or whose release's outcome was not learnt. Releasing is safe to repeat: a permit is given back once. If
 // Redis cannot be reached before the watchdog timeout, the permits come back at their expiry.
+//
+// An acquisition whose reply was lost may also not have reached Redis yet: the give-back then leaves a mark
+// that makes it change nothing when it arrives (see lua/permit_release.lua), as an undone lock acquisition's
+// (undoMarkTTL).
 func (s *PermitSemaphore) giveBack(ids ...string) {
 	s.c.goBackground(func(life context.Context) {
 		s.c.retryUnknown(life, time.Now().Add(s.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
-			_, err := s.release(ctx, ids...)
+			_, err := s.releaseIDs(ctx, fmtMillis(undoMarkTTL), ids...)
 			return 0, err
 		})
 	})
@@ -224,11 +228,16 @@ func (s *PermitSemaphore) giveUp(life context.Context, k holdKey, deadline time.
 
 // release gives back the permits ids, in one script run, and reports which were given back.
 func (s *PermitSemaphore) release(ctx context.Context, ids ...string) ([]int64, error) {
+	return s.releaseIDs(ctx, "0", ids...)
+}
+
+// releaseIDs is release, marking the ids not taken for mark ms ("0": no marks; see giveBack).
+func (s *PermitSemaphore) releaseIDs(ctx context.Context, mark string, ids ...string) ([]int64, error) {
 	publish, err := s.c.publishCommand(ctx, s.channel)
 	if err != nil {
 		return nil, err
 	}
-	given, err := s.c.scripts.runInts(ctx, scriptCall{script: scriptPermitRelease, keys: s.permitKeys, args: append([]string{publish}, ids...)})
+	given, err := s.c.scripts.runInts(ctx, scriptCall{script: scriptPermitRelease, keys: s.permitKeys, args: append([]string{publish, mark}, ids...)})
 	if err == nil && len(given) != len(ids) {
 		err = errUnexpectedReply
 	}

@@ -91,7 +91,7 @@ func BenchmarkPermitSemaphoreRatio(b *testing.B) {
 	ctx := context.Background()
 	load := func(name string) *rueidis.Lua { return rawScript(b, name) }
 	acquire, release := load("permit_acquire"), load("permit_release")
-	rawKeys := []string{"bench:permits-raw", "{bench:permits-raw}:timeout", "redisson_sc:{bench:permits-raw}"}
+	rawKeys := []string{"bench:permits-raw", "{bench:permits-raw}:timeout", "redisson_sc:{bench:permits-raw}", "relock_undone:{bench:permits-raw}"}
 	s := c.PermitSemaphore("bench:permits")
 	for _, k := range []string{"bench:permits", "bench:permits-raw"} {
 		if err := rdb.Do(ctx, rdb.B().Set().Key(k).Value("1").Build()).Error(); err != nil {
@@ -105,7 +105,7 @@ func BenchmarkPermitSemaphoreRatio(b *testing.B) {
 		if got, err := acquire.Exec(ctx, rdb, rawKeys, []string{"30000", id, "publish"}).AsIntSlice(); err != nil || got[0] != 1 {
 			b.Fatalf("raw acquire: %v, %v", got, err)
 		}
-		if err := release.Exec(ctx, rdb, rawKeys, []string{"publish", id}).Error(); err != nil {
+		if err := release.Exec(ctx, rdb, rawKeys, []string{"publish", "0", id}).Error(); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()

@@ -5,11 +5,14 @@
 -- KEYS[1]  the available permits
 -- KEYS[2]  the permits taken, id -> expiry
 -- KEYS[3]  the channel, redisson_sc:{name}
+-- KEYS[4]  the undone attempts' marks, relock_undone:{name} (see permit_release.lua)
 -- ARGV[1]  the permit's time to live, in milliseconds
 -- ARGV[2]  the permit's id
 -- ARGV[3]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub
 --
--- Returns {1, 0, 0} when the permit was taken; {0, ms, 0} when none is available, ms being the time until
+-- Returns {-2, 0, 0} when this attempt was given back before it arrived (its reply was lost, and its
+-- Client's give-back overtook it): nothing changed, and nobody waits for the reply.
+--         {1, 0, 0} when the permit was taken; {0, ms, 0} when none is available, ms being the time until
 -- the first taken permit expires (-1: none is taken, or none ever expires: the first is scored with
 -- Redisson's mark of a permit taken without a lease, 922337203685477, and only a release frees one); or
 -- an error RELOCK_... when a key is not what a PermitSemaphore keeps (see lib/kinds.lua): nothing changed
@@ -17,6 +20,9 @@
 -- @include lib/kinds.lua
 -- @include lib/counters.lua
 
+if redis.call('hdel', KEYS[4], ARGV[2]) == 1 then
+  return {-2, 0, 0}
+end
 local refused = counter_refusal(KEYS[1], nil) or permits_refusal(KEYS[2], KEYS[1])
 if refused then
   return refused
