@@ -4,5 +4,6 @@ bench:
 	cd bench && go run . -quick
 bench-full:
 	cd bench && go run .
+# The README's test command (the line after "<!-- test-command -->"), read by the script .ci/run reads it with.
 test:
-	go test -race -count=1 -timeout 30m ./... ./cmd/relock/...
+	@cmd=$$(.ci/test-command) && echo "+ $$cmd" && eval "$$cmd"
