@@ -36,12 +36,9 @@ if undone(KEYS[3], ARGV[2], ARGV[5]) then
   return {-2, 0, 0}
 end
 local t = key_type(KEYS[1])
-local refused = lock_refusal(KEYS[1], t, true, KEYS[5], 'election', KEYS[4], 'fairlock')
+local refused = rw_acquire_refusal(KEYS[1], t, KEYS[5], KEYS[4])
 if refused then
   return refused
-end
-if t == 'none' and redis.call('exists', KEYS[4], KEYS[5]) > 0 then
-  return refusal('WRONGKIND', other_kind(KEYS[5], 'election', KEYS[4], 'fairlock'), t)
 end
 
 local ttl = tonumber(ARGV[1])

@@ -78,3 +78,16 @@ local function held_refusal(lock, rw)
   end
   return nil
 end
+
+-- rw_acquire_refusal is a ReadWriteLock acquisition's check (t: the lock key's type): the lock is another
+-- kind's, or, while it is free, the name is an Election's (its stream of leaders) or a FairLock's (its queue).
+local function rw_acquire_refusal(lock, t, election, queue)
+  local refused = lock_refusal(lock, t, true, election, 'election', queue, 'fairlock')
+  if refused then
+    return refused
+  end
+  if t == 'none' and redis.call('exists', queue, election) > 0 then
+    return refusal('WRONGKIND', other_kind(election, 'election', queue, 'fairlock'), t)
+  end
+  return nil
+end
