@@ -66,7 +66,7 @@ var (
 	// ErrUnavailable means Redis could not be reached or did not answer, in any operation (New and
 	// NewContext included): the connection could not be made (refused, unreachable, timed out), it broke,
 	// the server stopped answering, or it answered that it cannot serve now (LOADING, MASTERDOWN,
-	// CLUSTERDOWN, TRYAGAIN). It wraps the cause. A call that could not reach Redis changed nothing; one
+	// CLUSTERDOWN, TRYAGAIN, or OOM over its maxmemory). It wraps the cause. A call that could not reach Redis changed nothing; one
 	// whose reply was lost is settled as its operation documents (an acquisition is undone, a release
 	// completed, in the background). Trying again later is the remedy.
 	ErrUnavailable = errors.New("relock: redis unavailable")
