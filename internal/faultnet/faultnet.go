@@ -26,6 +26,7 @@ type Proxy struct {
 	latency time.Duration
 	stalled [2]bool // [upstream: client to server, downstream: server to client]
 	refuse  bool
+	down    bool // the listener is closed: dials are refused by the system (Down)
 	closed  bool
 	links   map[*link]struct{}
 	wg      sync.WaitGroup
@@ -51,19 +52,19 @@ func Start(target string) (*Proxy, error) {
 	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, links: make(map[*link]struct{})}
 	p.changed = sync.NewCond(&p.mu)
 	p.wg.Add(1)
-	go p.accept()
+	go p.accept(ln)
 	return p, nil
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ln net.Listener) {
 	defer p.wg.Done()
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
 		p.mu.Lock()
-		if p.closed || p.refuse {
+		if p.closed || p.refuse || p.down {
 			p.mu.Unlock()
 			c.Close()
 			continue
@@ -76,7 +77,7 @@ func (p *Proxy) accept() {
 		}
 		l := &link{client: c, server: s}
 		p.mu.Lock()
-		if p.closed {
+		if p.closed || p.down { // Down came while this connection was being made
 			p.mu.Unlock()
 			c.Close()
 			s.Close()
@@ -191,13 +192,51 @@ func (p *Proxy) Partition(on bool) {
 	}
 }
 
+// Down closes the proxy's listener and every connection through it: a client's dial is then refused by
+// the system (ECONNREFUSED), as when the server is not running, and it knows nothing was sent. Partition,
+// by contrast, accepts a connection and closes it at once, as a server that crashes at the handshake.
+func (p *Proxy) Down() error {
+	p.mu.Lock()
+	if p.down || p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.down = true
+	ln := p.ln
+	p.mu.Unlock()
+	err := ln.Close()
+	p.Cut()
+	return err
+}
+
+// Up listens on the proxy's address again after Down. It fails if another process took the port meanwhile.
+func (p *Proxy) Up() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.down || p.closed {
+		return nil
+	}
+	ln, err := net.Listen("tcp", p.Addr)
+	if err != nil {
+		return err
+	}
+	p.ln, p.down = ln, false
+	p.wg.Add(1)
+	go p.accept(ln)
+	return nil
+}
+
 // Close stops the proxy and closes every connection through it.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.changed.Broadcast()
+	ln, down := p.ln, p.down
 	p.mu.Unlock()
-	err := p.ln.Close()
+	var err error
+	if !down {
+		err = ln.Close()
+	}
 	p.Cut()
 	p.wg.Wait()
 	return err
