@@ -3,8 +3,8 @@ package faultnet
 import (
 	"bufio"
 	"errors"
-	"os"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
