@@ -8,6 +8,7 @@ package faultnet
 import (
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	changed *sync.Cond // broadcast when latency, stalls or closing change
 	latency time.Duration
+	jitter  time.Duration
 	stalled [2]bool // [upstream: client to server, downstream: server to client]
 	refuse  bool
 	down    bool // the listener is closed: dials are refused by the system (Down)
@@ -123,13 +125,22 @@ func (p *Proxy) pipe(l *link, dir int, src, dst net.Conn) {
 		}
 	}()
 	buf := make([]byte, 32<<10)
+	var last time.Time // the last chunk's due time: jitter never reorders a direction's bytes
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
 			lat := p.latency
+			if p.jitter > 0 {
+				lat += rand.N(p.jitter)
+			}
 			p.mu.Unlock()
-			queue <- chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(lat)}
+			due := time.Now().Add(lat)
+			if due.Before(last) {
+				due = last
+			}
+			last = due
+			queue <- chunk{data: append([]byte(nil), buf[:n]...), due: due}
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
@@ -158,6 +169,16 @@ func (p *Proxy) drop(l *link) {
 func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	p.latency = d
+	p.mu.Unlock()
+}
+
+// SetJitter adds to the latency of everything read from now on a random delay below d, drawn for each
+// read (0: none). Within a connection and a direction bytes keep their order; across connections (a
+// client's command and pub/sub connections, say) what was sent first may arrive second, as on a real
+// network.
+func (p *Proxy) SetJitter(d time.Duration) {
+	p.mu.Lock()
+	p.jitter = d
 	p.mu.Unlock()
 }
 

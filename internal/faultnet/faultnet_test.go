@@ -3,6 +3,7 @@ package faultnet
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"testing"
@@ -160,5 +161,37 @@ func TestDownRefusesDials(t *testing.T) {
 	defer c3.Close()
 	if _, err := roundTrip(t, c3, bufio.NewReader(c3)); err != nil {
 		t.Fatalf("after Up: %v", err)
+	}
+}
+
+// TestJitterKeepsOrder: with jitter, each read is delayed by latency plus a random part, and a
+// connection's bytes still arrive in the order they were sent.
+func TestJitterKeepsOrder(t *testing.T) {
+	p, err := Start(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.SetLatency(time.Millisecond)
+	p.SetJitter(3 * time.Millisecond)
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	for i := range 50 {
+		fmt.Fprintf(c, "%d\n", i)
+		time.Sleep(100 * time.Microsecond)
+	}
+	for i := range 50 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("%d\n", i); line != want {
+			t.Fatalf("line %d is %q: reordered", i, line)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -56,6 +57,7 @@ func check(h *history, res resources, b bounds) []violation {
 		vs = append(vs, violation{checker: "run", what: f, from: 0, to: h.end})
 	}
 	vs = append(vs, checkDeadlines(h, b)...)
+	vs = append(vs, checkQuick(h, b)...)
 	vs = append(vs, checkExclusion(h, res, b)...)
 	vs = append(vs, checkWaiters(h, res, b)...)
 	vs = append(vs, checkLatch(h, b)...)
@@ -70,6 +72,33 @@ func checkDeadlines(h *history, b bounds) []violation {
 		if c.deadline > 0 && c.ret > c.deadline+b.deadline {
 			vs = append(vs, violation{"deadline", fmt.Sprintf("actor %d's %s returned %v after its ctx's deadline (%v)",
 				c.actor, c.op, (c.ret - c.deadline).Round(time.Millisecond), c.err), c.invoke, c.ret})
+		}
+	}
+	return vs
+}
+
+// stalling reports whether a fault that holds traffic up (rather than refusing or breaking it) overlaps
+// [from, to]: a call may wait on it.
+func stalling(h *history, from, to time.Duration) bool {
+	for _, f := range h.faults {
+		switch {
+		case f.start > to || f.end < from:
+		case strings.HasPrefix(f.what, fIsolated), strings.HasPrefix(f.what, fReplyLost), strings.HasPrefix(f.what, fRedisPause),
+			strings.HasPrefix(f.what, fClientPause), strings.HasPrefix(f.what, fStarve), strings.HasPrefix(f.what, fLatency):
+			return true
+		}
+	}
+	return false
+}
+
+// checkQuick: a call that makes one attempt (a try without a wait, a read) returns within the grant bound
+// unless traffic was held up: refused or broken connections fail it at once. It never waits for an undo
+// that is not needed, nor for anything else.
+func checkQuick(h *history, b bounds) []violation {
+	var vs []violation
+	for _, c := range h.calls {
+		if c.quick && c.ret-c.invoke > b.grant && !stalling(h, c.invoke-b.recovery, c.ret) {
+			vs = append(vs, violation{"liveness", fmt.Sprintf("actor %d's %s, one attempt, took %v (%v)", c.actor, c.op, (c.ret - c.invoke).Round(time.Millisecond), c.err), c.invoke, c.ret})
 		}
 	}
 	return vs

@@ -31,7 +31,16 @@ type plan struct {
 	permits   int           // a semaphore's permits, a latch's count
 	maxHold   time.Duration
 	maxThink  time.Duration
-	faults    []step
+	maxWait   time.Duration // an acquisition's ctx: up to this
+	// sparse plans act seldom and wait long: releases come one at a time, and a waiter asleep while what
+	// it waits for is free stays so long enough to be seen (busy plans hand over at once, hiding it).
+	sparse bool
+	// tick, when set, makes a burst plan: see sched.burstHolder.
+	tick time.Duration
+	// latency is each Client's link's delay, for the whole schedule: it widens every race's window.
+	latency []time.Duration
+	jitter  []time.Duration // and a random part of it, drawn for each read: replies and messages overtake
+	faults  []step
 }
 
 // step is one fault of a plan.
@@ -42,8 +51,8 @@ type step struct {
 }
 
 func (p *plan) String() string {
-	s := fmt.Sprintf("seed %d: %d clients × %d actors, %d observers, watchdog %v, %v, aof %v, permits %d, hold ≤ %v, think ≤ %v",
-		p.seed, p.clients, p.perClient, p.observers, p.watchdog, p.length, p.aof, p.permits, p.maxHold, p.maxThink)
+	s := fmt.Sprintf("seed %d: %d clients × %d actors, %d observers, watchdog %v, %v, aof %v, permits %d, hold ≤ %v, think ≤ %v, wait ≤ %v, sparse %v, tick %v, latency %v, jitter %v",
+		p.seed, p.clients, p.perClient, p.observers, p.watchdog, p.length, p.aof, p.permits, p.maxHold, p.maxThink, p.maxWait, p.sparse, p.tick, p.latency, p.jitter)
 	for _, f := range p.faults {
 		s += fmt.Sprintf("; %s(%d) at %v for %v", f.what, f.target, f.at, f.dur)
 	}
@@ -82,7 +91,35 @@ func newPlan(k *kind, seed uint64) *plan {
 		maxThink:  time.Duration(1+rng.IntN(60)) * time.Millisecond,
 	}
 	p.aof = k.needsAOF || rng.IntN(2) == 0
-	n := rng.IntN(4)
+	p.maxWait = 1500 * time.Millisecond
+	switch rng.IntN(3) {
+	case 0:
+		p.sparse = true
+	case 1:
+		p.tick = time.Duration(900+rng.IntN(400)) * time.Millisecond
+		p.permits = 2 + rng.IntN(2)
+		p.maxWait = 3 * time.Second
+		p.length = 3*p.tick + time.Duration(rng.IntN(int(p.tick)))
+	}
+	for range p.clients + p.observers {
+		var d time.Duration
+		if rng.IntN(2) == 0 {
+			d = time.Duration(200+rng.IntN(4000)) * time.Microsecond
+		}
+		p.latency = append(p.latency, d)
+		var j time.Duration
+		if rng.IntN(2) == 0 {
+			j = time.Duration(500+rng.IntN(5000)) * time.Microsecond
+		}
+		p.jitter = append(p.jitter, j)
+	}
+	if p.sparse {
+		p.maxThink = time.Duration(100+rng.IntN(500)) * time.Millisecond
+		p.maxHold = time.Duration(1+rng.IntN(60)) * time.Millisecond
+		p.maxWait = 3 * time.Second
+		p.length += time.Second
+	}
+	n := rng.IntN(5)
 	for range n {
 		what := k.faults[rng.IntN(len(k.faults))]
 		if what == fRestartNone || what == fRestartAOF { // the servers' persistence decides which
@@ -146,6 +183,8 @@ func newEnv(k *kind, p *plan) (*env, error) {
 				e.close()
 				return nil, err
 			}
+			px.SetLatency(p.latency[len(e.proxies)])
+			px.SetJitter(p.jitter[len(e.proxies)])
 			ps = append(ps, px)
 			c, err := relock.New([]string{px.Addr}, &relock.Options{WatchdogTimeout: p.watchdog})
 			if err != nil {
@@ -240,7 +279,7 @@ func inject(t *testing.T, k *kind, p *plan, e *env, h *history, name string, sto
 				}
 				wait(f.dur)
 				for _, px := range e.proxies[f.target] {
-					px.SetLatency(0)
+					px.SetLatency(p.latency[f.target])
 				}
 			case fCut:
 				for _, px := range e.proxies[f.target] {

@@ -58,6 +58,9 @@ func exploreKind(t *testing.T, k *kind) {
 	if *seedFlag != 0 {
 		o := runSchedule(t, k, *seedFlag)
 		t.Logf("%s", o.p)
+		if testing.Verbose() {
+			t.Logf("history:\n%s", o.h.around(0, forever))
+		}
 		report(t, k, o)
 		summary(t, k, 1, len(o.h.faults), len(o.violations), o.elapsed, "")
 		return

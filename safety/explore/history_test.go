@@ -54,6 +54,7 @@ type call struct {
 	deadline       time.Duration // 0: none
 	err            error
 	waitFor        []int // resources a blocking acquisition waits for (nil: not one)
+	quick          bool  // one attempt (a try without wait, a read): it waits for nothing
 	units          int
 	shared         bool
 	owner          string
@@ -200,7 +201,7 @@ func (h *history) around(from, to time.Duration) string {
 	slices.SortStableFunc(lines, func(a, b line) int { return int(a.at - b.at) })
 	var b strings.Builder
 	for i, l := range lines {
-		if i == 60 {
+		if i == 60 && to < forever {
 			fmt.Fprintf(&b, "    … %d more\n", len(lines)-i)
 			break
 		}

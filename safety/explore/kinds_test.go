@@ -30,8 +30,10 @@ type kind struct {
 var (
 	netFaults   = []string{fLatency, fCut, fReplyLost, fDown, fPartition, fIsolated, fPubSubKill, fSpurious}
 	redisFaults = []string{fRedisPause, fClientPause, fRestartAOF, fStarve}
-	lockFaults  = append(append(append([]string{}, netFaults...), redisFaults...), fRestartNone)
-	keepFaults  = append(append([]string{}, netFaults...), redisFaults...)
+	// Every kind gets every fault its promises allow; refusals, and restarts that lose everything, twice as
+	// often: they are where waiters, undos and observers have most to get right.
+	lockFaults = append(append(append([]string{}, netFaults...), redisFaults...), fDown, fRestartNone, fRestartNone)
+	keepFaults = append(append(append([]string{}, netFaults...), redisFaults...), fDown)
 )
 
 // companion is relock's (Redisson's) companion key rule for a name without braces.
@@ -123,10 +125,62 @@ func (s *sched) sleep(d time.Duration) {
 	}
 }
 
+// burstHolder reports whether a is a holder of a burst plan, in which the schedule is cut into ticks: the
+// first Client's actors (waiters) wait from late in a tick, get what the burst of releases at the tick
+// frees, hold it until 0.7 of the tick and wait again from 0.95; the other Clients' actors (holders) take
+// everything at 0.75 and release it together at the tick. What a burst frees is left to the first Client's
+// waiters alone, for long enough to see one of them asleep while it is free.
+func (s *sched) burstHolder(a *actor) bool { return s.p.tick > 0 && a.client != 0 }
+
+// untilPhase is how long until the schedule next reaches phase (0 to 1) of a tick.
+func (s *sched) untilPhase(phase float64) time.Duration {
+	now := s.h.now()
+	at := now/s.p.tick*s.p.tick + time.Duration(phase*float64(s.p.tick))
+	if at <= now {
+		at += s.p.tick
+	}
+	return at - now
+}
+
+// thinkTime is how long a waits before its next call.
+func (s *sched) thinkTime(a *actor) time.Duration {
+	switch {
+	case s.burstHolder(a):
+		return s.untilPhase(0.75)
+	case s.p.tick > 0:
+		return s.untilPhase(0.95)
+	}
+	return time.Duration(a.rng.Int64N(int64(s.p.maxThink) + 1))
+}
+
+// holdTime is how long a holds what it got.
+func (s *sched) holdTime(a *actor) time.Duration {
+	switch {
+	case s.burstHolder(a): // a few ms apart: a waiter's attempt may come between two releases
+		return s.untilPhase(0) + time.Duration(a.rng.IntN(8000))*time.Microsecond
+	case s.p.tick > 0:
+		return s.untilPhase(0.7)
+	case s.p.sparse && a.rng.IntN(10) < 3:
+		return time.Duration(600+a.rng.IntN(600)) * time.Millisecond
+	}
+	return time.Duration(a.rng.Int64N(int64(s.p.maxHold) + 1))
+}
+
+// cancelP is how likely an actor cancels a wait midway: never in burst plans, whose waiters must wait.
+func (s *sched) cancelP() float64 {
+	if s.p.tick > 0 {
+		return 0
+	}
+	return 0.1
+}
+
 // callCtx returns a ctx for one call: a random timeout up to max; with probability cancelP the actor
 // cancels it mid-wait, which is recorded in c.
 func (s *sched) callCtx(a *actor, c *call, maxWait time.Duration, cancelP float64) (context.Context, context.CancelFunc) {
 	timeout := time.Duration(20+a.rng.IntN(int(maxWait/time.Millisecond))) * time.Millisecond
+	if s.burstHolder(a) { // a holder that got nothing gives up before the burst: what it frees is the waiters'
+		timeout = max(s.untilPhase(0.97), 10*time.Millisecond)
+	}
 	ctx, cancel := context.WithTimeout(a.base, timeout)
 	c.invoke = s.h.now()
 	c.deadline = c.invoke + timeout
@@ -226,17 +280,21 @@ func (s *sched) watchLoss(x *hold, ctx context.Context) {
 func lockActor(handle func(s *sched, a *actor) lockHandle) func(s *sched, a *actor) {
 	return func(s *sched, a *actor) {
 		for !s.stopped() {
-			s.sleep(time.Duration(a.rng.Int64N(int64(s.p.maxThink) + 1)))
+			s.sleep(s.thinkTime(a))
 			if s.stopped() {
 				return
 			}
 			l := handle(s, a)
 			c := &call{actor: a.id, owner: a.owner, waitFor: l.res, units: 1, shared: l.shared}
-			ctx, cancel := s.callCtx(a, c, 1500*time.Millisecond, 0.1)
+			ctx, cancel := s.callCtx(a, c, s.p.maxWait, s.cancelP())
 			var lease time.Duration
 			var ok bool
 			var err error
-			switch a.rng.IntN(4) {
+			op := a.rng.IntN(4)
+			if s.p.tick > 0 {
+				op = 0
+			}
+			switch op {
 			case 0, 1:
 				c.op = l.op + ".Lock"
 				err = l.lock(ctx)
@@ -248,7 +306,7 @@ func lockActor(handle func(s *sched, a *actor) lockHandle) func(s *sched, a *act
 				}
 				c.op = fmt.Sprintf("%s.TryLock(wait %v, lease %v)", l.op, wait, lease)
 				if wait == 0 {
-					c.waitFor = nil
+					c.waitFor, c.quick = nil, true
 				}
 				ok, err = l.tryLock(ctx, wait, lease)
 			case 3:
@@ -264,6 +322,14 @@ func lockActor(handle func(s *sched, a *actor) lockHandle) func(s *sched, a *act
 				if err != nil && !errors.Is(err, relock.ErrClosed) {
 					s.h.addHold(&hold{owner: a.owner, res: l.res, units: 1, shared: l.shared, phantom: true,
 						grant: c.invoke, endRet: c.ret, end: c.ret, told: forever, keep: s.p.watchdog + time.Second})
+					if l.holdCount != nil && a.rng.IntN(2) == 0 { // does it hold? one read, which waits for nothing
+						q := &call{actor: a.id, op: l.op + ".HoldCount", quick: true}
+						ctx, cancel := s.callCtx(a, q, s.p.maxWait, 0)
+						_, q.err = l.holdCount(ctx)
+						cancel()
+						q.ret = s.h.now()
+						s.h.addCall(q)
+					}
 				}
 				continue
 			}
@@ -276,7 +342,7 @@ func lockActor(handle func(s *sched, a *actor) lockHandle) func(s *sched, a *act
 			if lease == 0 && l.holdCount != nil && a.rng.IntN(4) == 0 {
 				s.reenter(a, l, hctx)
 			}
-			hold := time.Duration(a.rng.Int64N(int64(s.p.maxHold) + 1))
+			hold := s.holdTime(a)
 			if lease > 0 && a.rng.IntN(5) == 0 {
 				hold = lease + 50*time.Millisecond // past the lease: the hold expires, the Unlock finds it gone
 			}
@@ -354,16 +420,19 @@ func setPermits(s *sched) error {
 func semaphoreActor(s *sched, a *actor) {
 	sem := s.e.clients[a.client][0].Semaphore(s.name)
 	for !s.stopped() {
-		s.sleep(time.Duration(a.rng.Int64N(int64(s.p.maxThink) + 1)))
+		s.sleep(s.thinkTime(a))
 		if s.stopped() {
 			return
 		}
 		n := 1 + a.rng.IntN(min(2, s.p.permits))
+		if s.p.tick > 0 {
+			n = 1
+		}
 		c := &call{actor: a.id, owner: a.owner, waitFor: []int{0}, units: n}
-		ctx, cancel := s.callCtx(a, c, 1500*time.Millisecond, 0.1)
+		ctx, cancel := s.callCtx(a, c, s.p.maxWait, s.cancelP())
 		var ok bool
 		var err error
-		if a.rng.IntN(2) == 0 {
+		if a.rng.IntN(2) == 0 || s.p.tick > 0 {
 			c.op = fmt.Sprintf("Semaphore.Acquire(%d)", n)
 			err = sem.Acquire(ctx, n)
 			ok = err == nil
@@ -371,7 +440,7 @@ func semaphoreActor(s *sched, a *actor) {
 			wait := time.Duration(a.rng.IntN(400)) * time.Millisecond
 			c.op = fmt.Sprintf("Semaphore.TryAcquire(%d, wait %v)", n, wait)
 			if wait == 0 {
-				c.waitFor = nil
+				c.waitFor, c.quick = nil, true
 			}
 			ok, err = sem.TryAcquire(ctx, n, wait)
 		}
@@ -390,7 +459,7 @@ func semaphoreActor(s *sched, a *actor) {
 		}
 		x := &hold{owner: a.owner, res: []int{0}, units: n, invoke: c.invoke, grant: c.ret, end: forever, told: forever}
 		s.h.addHold(x)
-		s.sleep(time.Duration(a.rng.Int64N(int64(s.p.maxHold) + 1)))
+		s.sleep(s.holdTime(a))
 		rctx, rcancel := short(a)
 		rc := &call{actor: a.id, op: fmt.Sprintf("Semaphore.Release(%d)", n), invoke: s.h.now()}
 		rc.deadline = rc.invoke + 2*time.Second
@@ -411,17 +480,17 @@ func semaphoreActor(s *sched, a *actor) {
 func permitActor(s *sched, a *actor) {
 	sem := s.e.clients[a.client][0].PermitSemaphore(s.name)
 	for !s.stopped() {
-		s.sleep(time.Duration(a.rng.Int64N(int64(s.p.maxThink) + 1)))
+		s.sleep(s.thinkTime(a))
 		if s.stopped() {
 			return
 		}
 		c := &call{actor: a.id, owner: a.owner, waitFor: []int{0}, units: 1}
-		ctx, cancel := s.callCtx(a, c, 1500*time.Millisecond, 0.1)
+		ctx, cancel := s.callCtx(a, c, s.p.maxWait, s.cancelP())
 		var p *relock.Permit
 		var ok bool
 		var err error
 		var lease time.Duration
-		if a.rng.IntN(2) == 0 {
+		if a.rng.IntN(2) == 0 || s.p.tick > 0 {
 			c.op = "PermitSemaphore.Acquire"
 			p, err = sem.Acquire(ctx)
 			ok = err == nil
@@ -432,7 +501,7 @@ func permitActor(s *sched, a *actor) {
 			}
 			c.op = fmt.Sprintf("PermitSemaphore.TryAcquire(wait %v, lease %v)", wait, lease)
 			if wait == 0 {
-				c.waitFor = nil
+				c.waitFor, c.quick = nil, true
 			}
 			p, ok, err = sem.TryAcquire(ctx, wait, lease)
 		}
@@ -450,7 +519,7 @@ func permitActor(s *sched, a *actor) {
 		if pctx, err := p.Context(a.base); err == nil {
 			s.watchLoss(x, pctx)
 		}
-		s.sleep(time.Duration(a.rng.Int64N(int64(s.p.maxHold) + 1)))
+		s.sleep(s.holdTime(a))
 		rctx, rcancel := short(a)
 		rc := &call{actor: a.id, op: "Permit.Release", invoke: s.h.now()}
 		rc.deadline = rc.invoke + 2*time.Second
@@ -501,7 +570,7 @@ func latchActor(s *sched, a *actor) {
 			continue
 		}
 		c := &call{actor: a.id, latchAwait: true}
-		ctx, cancel := s.callCtx(a, c, 1500*time.Millisecond, 0.1)
+		ctx, cancel := s.callCtx(a, c, s.p.maxWait, 0.1)
 		var ok bool
 		var err error
 		if a.rng.IntN(2) == 0 {
@@ -527,12 +596,12 @@ func latchActor(s *sched, a *actor) {
 func electionActor(s *sched, a *actor) {
 	e := s.e.clients[a.client][0].Election(s.name)
 	for !s.stopped() {
-		s.sleep(time.Duration(a.rng.Int64N(int64(s.p.maxThink) + 1)))
+		s.sleep(s.thinkTime(a))
 		if s.stopped() {
 			return
 		}
 		c := &call{actor: a.id, owner: a.owner, waitFor: []int{0}, units: 1, op: "Campaign"}
-		ctx, cancel := s.callCtx(a, c, 1500*time.Millisecond, 0.1)
+		ctx, cancel := s.callCtx(a, c, s.p.maxWait, 0.1)
 		term, err := e.Campaign(ctx, a.owner)
 		cancel()
 		c.ret, c.err, c.granted = s.h.now(), err, err == nil
@@ -569,7 +638,7 @@ func electionActor(s *sched, a *actor) {
 		if lerr == nil {
 			s.watchLoss(x, lctx)
 		}
-		s.sleep(time.Duration(a.rng.Int64N(int64(s.p.maxHold) + 1)))
+		s.sleep(s.holdTime(a))
 		if a.rng.IntN(3) == 0 { // resign later, or leave it to the other actor of the owner
 			continue
 		}
