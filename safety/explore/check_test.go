@@ -58,6 +58,7 @@ func check(h *history, res resources, b bounds) []violation {
 	}
 	vs = append(vs, checkDeadlines(h, b)...)
 	vs = append(vs, checkQuick(h, b)...)
+	vs = append(vs, checkRefused(h, b)...)
 	vs = append(vs, checkExclusion(h, res, b)...)
 	vs = append(vs, checkWaiters(h, res, b)...)
 	vs = append(vs, checkLatch(h, b)...)
@@ -99,6 +100,28 @@ func checkQuick(h *history, b bounds) []violation {
 	for _, c := range h.calls {
 		if c.quick && c.ret-c.invoke > b.grant && !stalling(h, c.invoke-b.recovery, c.ret) {
 			vs = append(vs, violation{"liveness", fmt.Sprintf("actor %d's %s, one attempt, took %v (%v)", c.actor, c.op, (c.ret - c.invoke).Round(time.Millisecond), c.err), c.invoke, c.ret})
+		}
+	}
+	return vs
+}
+
+// checkRefused: a call made while its Client's connections are refused (Redis down) fails at once, with
+// ErrUnavailable: nothing can reach Redis, so there is nothing to wait for. (A waiter that was already
+// waiting when Redis went down rides the outage out instead; so do calls of a Client with a connection
+// that was not refused.)
+func checkRefused(h *history, b bounds) []violation {
+	var vs []violation
+	for _, f := range h.faults {
+		if f.what != fDown {
+			continue
+		}
+		for _, c := range h.calls {
+			if c.client != f.target || c.invoke < f.start+100*time.Millisecond || c.invoke+b.grant > f.end ||
+				c.ret-c.invoke <= b.grant || stalling(h, c.invoke, c.invoke+b.grant) {
+				continue
+			}
+			vs = append(vs, violation{"liveness", fmt.Sprintf("actor %d's %s, made while Redis refused its Client's connections, took %v (%v)",
+				c.actor, c.op, (c.ret - c.invoke).Round(time.Millisecond), c.err), c.invoke, c.ret})
 		}
 	}
 	return vs

@@ -136,8 +136,11 @@ func newPlan(k *kind, seed uint64) *plan {
 		default:
 			f.target = rng.IntN(k.servers)
 		}
-		if what == fIsolated || what == fStarve {
+		switch what {
+		case fIsolated, fStarve: // past the watchdog timeout, or not
 			f.dur = time.Duration(float64(p.watchdog) * (0.5 + rng.Float64()))
+		case fDown, fPartition: // Redis out of reach for as long as a restart takes
+			f.dur = time.Duration(200+rng.IntN(1800)) * time.Millisecond
 		}
 		p.faults = append(p.faults, f)
 	}
@@ -271,7 +274,7 @@ func inject(t *testing.T, k *kind, p *plan, e *env, h *history, name string, sto
 				defer e.serverMu[f.target].Unlock()
 			}
 			start := h.now()
-			w := window{what: f.what, start: start}
+			w := window{what: f.what, start: start, target: f.target}
 			switch f.what {
 			case fLatency:
 				for _, px := range e.proxies[f.target] {

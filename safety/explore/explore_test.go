@@ -211,9 +211,26 @@ func clean(s *sched) {
 				return
 			}
 			for _, key := range keys {
+				if s.k.name == "PermitSemaphore" && key == "{"+s.name+"}:timeout" {
+					// Permits that expired are given back by the next acquisition (documented): such
+					// entries may stay; a permit still renewed may not.
+					live, err := s.e.do(i, "EVAL", "local t = redis.call('time') "+
+						"return redis.call('zcount', KEYS[1], '('..(t[1] * 1000 + math.floor(t[2] / 1000)), '+inf')", "1", key).AsInt64()
+					if err == nil && live == 0 {
+						continue
+					}
+				}
 				if !s.k.stays(s.name, key) {
 					ttl, _ := s.e.do(i, "PTTL", key).AsInt64()
-					left = append(left, fmt.Sprintf("%s (server %d, pttl %d ms)", key, i, ttl))
+					what := fmt.Sprintf("%s (server %d, pttl %d ms", key, i, ttl)
+					if typ, _ := s.e.do(i, "TYPE", key).ToString(); typ == "zset" || typ == "hash" {
+						content, _ := s.e.do(i, "EVAL", "local t = redis.call('time') "+
+							"local c = redis.call('type', KEYS[1]).ok == 'zset' and redis.call('zrange', KEYS[1], 0, -1, 'withscores') or redis.call('hgetall', KEYS[1]) "+
+							"for i = 1, #c do if not tonumber(c[i]) then c[i] = string.gsub(c[i], '.', function(x) return string.format('%02x', string.byte(x)) end) end end "+
+							"table.insert(c, 'now=' .. (t[1] * 1000 + math.floor(t[2] / 1000))) return c", "1", key).AsStrSlice()
+						what += fmt.Sprintf(", %s %v", typ, content)
+					}
+					left = append(left, what+")")
 				}
 			}
 		}

@@ -39,6 +39,7 @@ type hold struct {
 // window is a fault, from its start to its end, in the schedule's time.
 type window struct {
 	what       string
+	target     int // the Client or server it hit
 	start, end time.Duration
 	// excuses says the fault breaks a condition of the safety promise (docs/safety.md, "The promise"):
 	// Redis lost what it acknowledged (a restart without persistence), or a process paused past the
@@ -49,6 +50,7 @@ type window struct {
 // call is one API call with its deadline, for "every call returns by its ctx's deadline".
 type call struct {
 	actor          int
+	client         int
 	op             string
 	invoke, ret    time.Duration
 	deadline       time.Duration // 0: none

@@ -178,8 +178,11 @@ func (s *sched) cancelP() float64 {
 // cancels it mid-wait, which is recorded in c.
 func (s *sched) callCtx(a *actor, c *call, maxWait time.Duration, cancelP float64) (context.Context, context.CancelFunc) {
 	timeout := time.Duration(20+a.rng.IntN(int(maxWait/time.Millisecond))) * time.Millisecond
-	if s.burstHolder(a) { // a holder that got nothing gives up before the burst: what it frees is the waiters'
+	switch {
+	case s.burstHolder(a): // a holder that got nothing gives up before the burst: what it frees is the waiters'
 		timeout = max(s.untilPhase(0.97), 10*time.Millisecond)
+	case s.p.tick > 0 && a.rng.IntN(5) < 2: // a waiter whose patience runs out as the burst comes
+		timeout = s.untilPhase(0) + time.Duration(a.rng.IntN(10000))*time.Microsecond
 	}
 	ctx, cancel := context.WithTimeout(a.base, timeout)
 	c.invoke = s.h.now()
@@ -285,7 +288,7 @@ func lockActor(handle func(s *sched, a *actor) lockHandle) func(s *sched, a *act
 				return
 			}
 			l := handle(s, a)
-			c := &call{actor: a.id, owner: a.owner, waitFor: l.res, units: 1, shared: l.shared}
+			c := &call{actor: a.id, client: a.client, owner: a.owner, waitFor: l.res, units: 1, shared: l.shared}
 			ctx, cancel := s.callCtx(a, c, s.p.maxWait, s.cancelP())
 			var lease time.Duration
 			var ok bool
@@ -323,7 +326,7 @@ func lockActor(handle func(s *sched, a *actor) lockHandle) func(s *sched, a *act
 					s.h.addHold(&hold{owner: a.owner, res: l.res, units: 1, shared: l.shared, phantom: true,
 						grant: c.invoke, endRet: c.ret, end: c.ret, told: forever, keep: s.p.watchdog + time.Second})
 					if l.holdCount != nil && a.rng.IntN(2) == 0 { // does it hold? one read, which waits for nothing
-						q := &call{actor: a.id, op: l.op + ".HoldCount", quick: true}
+						q := &call{actor: a.id, client: a.client, op: l.op + ".HoldCount", quick: true}
 						ctx, cancel := s.callCtx(a, q, s.p.maxWait, 0)
 						_, q.err = l.holdCount(ctx)
 						cancel()
@@ -348,7 +351,7 @@ func lockActor(handle func(s *sched, a *actor) lockHandle) func(s *sched, a *act
 			}
 			s.sleep(hold)
 			rctx, rcancel := short(a)
-			rc := &call{actor: a.id, op: l.op + ".Unlock", invoke: s.h.now()}
+			rc := &call{actor: a.id, client: a.client, op: l.op + ".Unlock", invoke: s.h.now()}
 			rc.deadline = rc.invoke + 2*time.Second
 			err = l.unlock(rctx)
 			rcancel()
@@ -428,7 +431,7 @@ func semaphoreActor(s *sched, a *actor) {
 		if s.p.tick > 0 {
 			n = 1
 		}
-		c := &call{actor: a.id, owner: a.owner, waitFor: []int{0}, units: n}
+		c := &call{actor: a.id, client: a.client, owner: a.owner, waitFor: []int{0}, units: n}
 		ctx, cancel := s.callCtx(a, c, s.p.maxWait, s.cancelP())
 		var ok bool
 		var err error
@@ -461,7 +464,7 @@ func semaphoreActor(s *sched, a *actor) {
 		s.h.addHold(x)
 		s.sleep(s.holdTime(a))
 		rctx, rcancel := short(a)
-		rc := &call{actor: a.id, op: fmt.Sprintf("Semaphore.Release(%d)", n), invoke: s.h.now()}
+		rc := &call{actor: a.id, client: a.client, op: fmt.Sprintf("Semaphore.Release(%d)", n), invoke: s.h.now()}
 		rc.deadline = rc.invoke + 2*time.Second
 		err = sem.Release(rctx, n)
 		rcancel()
@@ -484,7 +487,7 @@ func permitActor(s *sched, a *actor) {
 		if s.stopped() {
 			return
 		}
-		c := &call{actor: a.id, owner: a.owner, waitFor: []int{0}, units: 1}
+		c := &call{actor: a.id, client: a.client, owner: a.owner, waitFor: []int{0}, units: 1}
 		ctx, cancel := s.callCtx(a, c, s.p.maxWait, s.cancelP())
 		var p *relock.Permit
 		var ok bool
@@ -521,7 +524,7 @@ func permitActor(s *sched, a *actor) {
 		}
 		s.sleep(s.holdTime(a))
 		rctx, rcancel := short(a)
-		rc := &call{actor: a.id, op: "Permit.Release", invoke: s.h.now()}
+		rc := &call{actor: a.id, client: a.client, op: "Permit.Release", invoke: s.h.now()}
 		rc.deadline = rc.invoke + 2*time.Second
 		err = p.Release(rctx)
 		rcancel()
@@ -560,7 +563,7 @@ func latchActor(s *sched, a *actor) {
 			return
 		}
 		if counter {
-			c := &call{actor: a.id, op: "CountDown"}
+			c := &call{actor: a.id, client: a.client, op: "CountDown"}
 			ctx, cancel := s.callCtx(a, c, time.Second, 0)
 			err := l.CountDown(ctx)
 			cancel()
@@ -569,7 +572,7 @@ func latchActor(s *sched, a *actor) {
 			s.h.update(func() { s.h.countDown = append(s.h.countDown, c) })
 			continue
 		}
-		c := &call{actor: a.id, latchAwait: true}
+		c := &call{actor: a.id, client: a.client, latchAwait: true}
 		ctx, cancel := s.callCtx(a, c, s.p.maxWait, 0.1)
 		var ok bool
 		var err error
@@ -600,7 +603,7 @@ func electionActor(s *sched, a *actor) {
 		if s.stopped() {
 			return
 		}
-		c := &call{actor: a.id, owner: a.owner, waitFor: []int{0}, units: 1, op: "Campaign"}
+		c := &call{actor: a.id, client: a.client, owner: a.owner, waitFor: []int{0}, units: 1, op: "Campaign"}
 		ctx, cancel := s.callCtx(a, c, s.p.maxWait, 0.1)
 		term, err := e.Campaign(ctx, a.owner)
 		cancel()
@@ -643,7 +646,7 @@ func electionActor(s *sched, a *actor) {
 			continue
 		}
 		rctx, rcancel := short(a)
-		rc := &call{actor: a.id, op: "Resign", owner: a.owner, invoke: s.h.now()}
+		rc := &call{actor: a.id, client: a.client, op: "Resign", owner: a.owner, invoke: s.h.now()}
 		rc.deadline = rc.invoke + 2*time.Second
 		err = e.Resign(rctx)
 		rcancel()
