@@ -21,8 +21,8 @@ import (
 var (
 	seedFlag    = flag.Uint64("seed", 0, "replay the schedule of this seed (with -run 'TestExplore/<kind>')")
 	exploreFlag = flag.Duration("explore", 0, "run fresh seeds for this long, per kind (default: the CI budget, -budget)")
-	budgetFlag  = flag.Duration("budget", 6*time.Second, "the CI budget: fresh seeds for this long, per kind")
-	parFlag     = flag.Int("par", 3, "schedules run at once")
+	budgetFlag  = flag.Duration("budget", 7*time.Second, "the CI budget: fresh seeds for this long, per kind")
+	parFlag     = flag.Int("par", 4, "schedules run at once")
 	keepGoing   = flag.Bool("keep-going", false, "go on exploring after a violation (count them all)")
 )
 
