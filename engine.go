@@ -110,6 +110,11 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 
 // attempt runs the acquire script once.
 func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, call acquireCall) (bool, time.Duration, error) {
+	err := l.c.holds.beginAttempt(ctx, k)
+	if err != nil {
+		return false, 0, err
+	}
+	defer l.c.holds.endAttempt(k) // after the outcome is recorded, or its undo has begun
 	if _, err := l.c.holds.prepare(ctx, k); err != nil {
 		return false, 0, err
 	}
@@ -123,7 +128,6 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	sc := l.spec.acquire(call)
 	sentAt := time.Now()
 	var reply [3]int64
-	var err error
 	acked := int64(-1)
 	var refused error // WAIT's error reply
 	if l.ack.replicas > 0 {
