@@ -66,6 +66,14 @@ func (w *holdTable) beginAttempt(ctx context.Context, k holdKey) error {
 	}
 }
 
+// settling reports whether k's hold is being settled (see prepare).
+func (w *holdTable) settling(k holdKey) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.holds[k]
+	return h != nil && h.settling != nil
+}
+
 // endAttempt ends the attempt beginAttempt let through, and wakes the attempts waiting for it.
 func (w *holdTable) endAttempt(k holdKey) {
 	w.mu.Lock()
