@@ -647,3 +647,51 @@ func TestElectionObserveAfterFailoverToLaggingReplica(t *testing.T) {
 		t.Fatalf("observed %+v after the failover, want after, term %d, Restarted", l, term)
 	}
 }
+
+// Two goroutines of one owner campaign at once; one's attempt is in flight when the other's context ends.
+// The first wins, and must go on leading: the second's attempt, whose reply it did not wait for, must not
+// be undone by releasing the leadership the first was just granted (an owner holds an election once, so
+// its level cannot tell the two apart). Before, the undo released it: the leadership context ended as if
+// resigned, and another candidate led at once (safety/explore found two leaders so).
+func TestElectionCampaignsOfOneOwnerDoNotUndoEachOther(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	c := clientAt(t, proxy.Addr, nil)
+	ctx := relock.WithOwner(ctxTimeout(t, 30*time.Second), "twice")
+	e := c.Election("undo-other")
+	if _, err := e.Leader(ctx); !errors.Is(err, relock.ErrNoLeader) { // connections made
+		t.Fatalf("Leader: %v", err)
+	}
+	proxy.Stall(faultnet.Upstream, true) // what is sent now is held on its way
+	won := make(chan error, 1)
+	go func() {
+		_, err := e.Campaign(ctx, "first")
+		won <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	if _, err := e.Campaign(short, "second"); err == nil {
+		t.Fatal("the second Campaign led while nothing could reach Redis")
+	}
+	cancel()
+	time.Sleep(100 * time.Millisecond)
+	proxy.Stall(faultnet.Upstream, false)
+	if err := <-won; err != nil {
+		t.Fatalf("the first Campaign: %v", err)
+	}
+	lead, err := e.LeadershipContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // time for any undo to run
+	if lead.Err() != nil {
+		t.Fatalf("the leadership ended: %v", context.Cause(lead))
+	}
+	if l, err := e.Leader(ctx); err != nil || l.Value != "first" {
+		t.Fatalf("Leader = %+v, %v; want the first Campaign's", l, err)
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

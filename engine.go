@@ -110,15 +110,27 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 
 // attempt runs the acquire script once.
 func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, call acquireCall) (bool, time.Duration, error) {
-	if _, err := l.c.holds.prepare(ctx, k); err != nil {
-		return false, 0, err
-	}
 	q := l.spec.queue()
-	if q != nil {
-		if err := q.prepare(ctx, k); err != nil {
+	for {
+		if _, err := l.c.holds.prepare(ctx, k); err != nil {
 			return false, 0, err
 		}
+		if q != nil {
+			if err := q.prepare(ctx, k); err != nil {
+				return false, 0, err
+			}
+		}
+		// The attempt's turn among the owner's attempts on the lock; an undo begun while it waited (by
+		// the attempt before it) is waited for first, without holding up the turn.
+		if err := l.c.holds.beginAttempt(ctx, k); err != nil {
+			return false, 0, err
+		}
+		if !l.c.holds.settling(k) {
+			break
+		}
+		l.c.holds.endAttempt(k)
 	}
+	defer l.c.holds.endAttempt(k) // after the outcome is recorded, or its undo has begun
 	call.attempt = l.c.attemptID()
 	sc := l.spec.acquire(call)
 	sentAt := time.Now()

@@ -110,12 +110,15 @@ type holdTable struct {
 	c       *Client
 	timeout time.Duration
 
-	mu      sync.Mutex
-	holds   map[holdKey]*hold
-	groups  map[holdKey][]holdKey // see holdgroups.go
-	queue   holdQueue
-	started bool
-	closed  bool
+	mu     sync.Mutex
+	holds  map[holdKey]*hold
+	groups map[holdKey][]holdKey // see holdgroups.go
+	// attempting holds, for each owner and lock with an acquisition attempt in flight, a channel closed
+	// when its outcome is known (see beginAttempt).
+	attempting map[holdKey]chan struct{}
+	queue      holdQueue
+	started    bool
+	closed     bool
 	// sleepUntil is when the loop will next look at the queue unless woken: a hold whose next event is
 	// later needs no wake-up, which keeps the loop asleep through most acquisitions.
 	sleepUntil time.Time
@@ -125,11 +128,12 @@ type holdTable struct {
 
 func newHoldTable(c *Client, timeout time.Duration) *holdTable {
 	return &holdTable{
-		c:       c,
-		timeout: timeout,
-		holds:   make(map[holdKey]*hold),
-		wake:    make(chan struct{}, 1),
-		stopped: make(chan struct{}),
+		c:          c,
+		timeout:    timeout,
+		holds:      make(map[holdKey]*hold),
+		attempting: make(map[holdKey]chan struct{}),
+		wake:       make(chan struct{}, 1),
+		stopped:    make(chan struct{}),
 	}
 }
 

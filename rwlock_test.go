@@ -369,3 +369,52 @@ func TestLastLiveReaderDeletesLockDespiteDeadReaders(t *testing.T) {
 		t.Fatalf("keys left after the last live reader left: %v", keys)
 	}
 }
+
+// A reader whose leased hold ran out while another reader kept the lock's hash holds nothing: its next
+// read acquisition is a first hold (count 1), and one Unlock releases it, ending its HoldContext. Before,
+// the expired level's count stayed in the hash: the new hold counted 2, the Unlock left a read hold
+// nobody knew of, and the HoldContext lived on (safety/explore found it: "ReadLock.Unlock returned nil,
+// and its HoldContext still lives").
+func TestReadHoldAfterItsLeaseRanOutBesideAnotherReader(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	c := newClient(t, srv, nil)
+	ctx := relock.WithOwner(ctxTimeout(t, 30*time.Second), "expired")
+	other := relock.WithOwner(ctx, "other")
+	r := c.ReadWriteLock("leased-reader").ReadLock()
+	if err := r.LockWithLease(ctx, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Lock(other); err != nil { // keeps the hash alive
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := r.Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("Unlock after the lease ran out: %v, want ErrNotHeld", err)
+	}
+	if err := r.LockWithLease(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.HoldCount(ctx); n != 1 || err != nil {
+		t.Fatalf("HoldCount = %d, %v; want 1", n, err)
+	}
+	held, err := r.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the HoldContext lives on after the owner's only Unlock")
+	}
+	if n, _ := do(t, rdb, "HEXISTS", "leased-reader", c.ID()+":expired").AsInt64(); n != 0 {
+		t.Fatalf("the reader's field is still in the hash: %v", do(t, rdb, "HGETALL", "leased-reader"))
+	}
+	if err := r.Unlock(other); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -36,6 +36,55 @@ func (w *holdTable) prepare(ctx context.Context, k holdKey) (int64, error) {
 	}
 }
 
+// beginAttempt waits until no other acquisition attempt of k's owner on k's lock is in flight on this
+// Client, and makes the caller's the one; endAttempt, called once its outcome is known (recorded as a
+// hold, or its undo begun: see RLock.undoAcquire), lets the next one go. Two goroutines of one owner
+// (WithOwner) may acquire a lock at once: were their attempts in flight together, the undo of one whose
+// reply was lost could not tell its own level from the other's (lua/undo_acquire.lua counts levels), and
+// would release the hold the other had just been granted (an Election, whose owner holds once, lost its
+// leadership so). An attempt that waits here has sent nothing: ctx ending returns its error, with nothing
+// to undo. Only an attempt that finds another in flight allocates (the channel it waits on).
+func (w *holdTable) beginAttempt(ctx context.Context, k holdKey) error {
+	for {
+		w.mu.Lock()
+		ch, busy := w.attempting[k]
+		if !busy {
+			w.attempting[k] = nil
+			w.mu.Unlock()
+			return nil
+		}
+		if ch == nil {
+			ch = make(chan struct{})
+			w.attempting[k] = ch
+		}
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// settling reports whether k's hold is being settled (see prepare).
+func (w *holdTable) settling(k holdKey) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.holds[k]
+	return h != nil && h.settling != nil
+}
+
+// endAttempt ends the attempt beginAttempt let through, and wakes the attempts waiting for it.
+func (w *holdTable) endAttempt(k holdKey) {
+	w.mu.Lock()
+	ch := w.attempting[k]
+	delete(w.attempting, k)
+	w.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
 // settleFailing notes that an attempt of the settling of k failed with err (nil: it did not fail), and
 // tells the operations waiting for the settling (see prepare).
 func (w *holdTable) settleFailing(k holdKey, err error) {

@@ -28,6 +28,7 @@
 --                           no lock, a reentrant lock's hash, or, while the lock's key is absent, a
 --                           FairLock's waiters or an Election. Nothing changed.
 -- @include lib/clock.lua
+-- @include lib/readers.lua
 -- @include lib/hold.lua
 -- @include lib/undone.lua
 -- @include lib/kinds.lua
@@ -44,6 +45,13 @@ end
 local ttl = tonumber(ARGV[1])
 local owner = ARGV[2]
 local prefix = ARGV[4] .. ':' .. owner .. ':rwlock_timeout:'
+
+-- A reader whose every level expired (its lease ran out while another reader kept the hash) holds nothing:
+-- its field goes, and it starts again at level 1, so that its count is its live holds.
+local stale = tonumber(redis.call('hget', KEYS[1], owner))
+if stale and not read_hold_alive(ARGV[4], owner, stale) then
+  redis.call('hdel', KEYS[1], owner)
+end
 
 local function hold()
   local n = redis.call('hincrby', KEYS[1], owner, 1)

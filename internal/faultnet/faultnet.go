@@ -8,6 +8,7 @@ package faultnet
 import (
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -24,8 +25,10 @@ type Proxy struct {
 	mu      sync.Mutex
 	changed *sync.Cond // broadcast when latency, stalls or closing change
 	latency time.Duration
+	jitter  time.Duration
 	stalled [2]bool // [upstream: client to server, downstream: server to client]
 	refuse  bool
+	down    bool // the listener is closed: dials are refused by the system (Down)
 	closed  bool
 	links   map[*link]struct{}
 	wg      sync.WaitGroup
@@ -51,19 +54,19 @@ func Start(target string) (*Proxy, error) {
 	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, links: make(map[*link]struct{})}
 	p.changed = sync.NewCond(&p.mu)
 	p.wg.Add(1)
-	go p.accept()
+	go p.accept(ln)
 	return p, nil
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ln net.Listener) {
 	defer p.wg.Done()
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
 		p.mu.Lock()
-		if p.closed || p.refuse {
+		if p.closed || p.refuse || p.down {
 			p.mu.Unlock()
 			c.Close()
 			continue
@@ -76,7 +79,7 @@ func (p *Proxy) accept() {
 		}
 		l := &link{client: c, server: s}
 		p.mu.Lock()
-		if p.closed {
+		if p.closed || p.down { // Down came while this connection was being made
 			p.mu.Unlock()
 			c.Close()
 			s.Close()
@@ -122,13 +125,22 @@ func (p *Proxy) pipe(l *link, dir int, src, dst net.Conn) {
 		}
 	}()
 	buf := make([]byte, 32<<10)
+	var last time.Time // the last chunk's due time: jitter never reorders a direction's bytes
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
 			lat := p.latency
+			if p.jitter > 0 {
+				lat += rand.N(p.jitter)
+			}
 			p.mu.Unlock()
-			queue <- chunk{data: append([]byte(nil), buf[:n]...), due: time.Now().Add(lat)}
+			due := time.Now().Add(lat)
+			if due.Before(last) {
+				due = last
+			}
+			last = due
+			queue <- chunk{data: append([]byte(nil), buf[:n]...), due: due}
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
@@ -157,6 +169,16 @@ func (p *Proxy) drop(l *link) {
 func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	p.latency = d
+	p.mu.Unlock()
+}
+
+// SetJitter adds to the latency of everything read from now on a random delay below d, drawn for each
+// read (0: none). Within a connection and a direction bytes keep their order; across connections (a
+// client's command and pub/sub connections, say) what was sent first may arrive second, as on a real
+// network.
+func (p *Proxy) SetJitter(d time.Duration) {
+	p.mu.Lock()
+	p.jitter = d
 	p.mu.Unlock()
 }
 
@@ -191,13 +213,51 @@ func (p *Proxy) Partition(on bool) {
 	}
 }
 
+// Down closes the proxy's listener and every connection through it: a client's dial is then refused by
+// the system (ECONNREFUSED), as when the server is not running, and it knows nothing was sent. Partition,
+// by contrast, accepts a connection and closes it at once, as a server that crashes at the handshake.
+func (p *Proxy) Down() error {
+	p.mu.Lock()
+	if p.down || p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.down = true
+	ln := p.ln
+	p.mu.Unlock()
+	err := ln.Close()
+	p.Cut()
+	return err
+}
+
+// Up listens on the proxy's address again after Down. It fails if another process took the port meanwhile.
+func (p *Proxy) Up() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.down || p.closed {
+		return nil
+	}
+	ln, err := net.Listen("tcp", p.Addr)
+	if err != nil {
+		return err
+	}
+	p.ln, p.down = ln, false
+	p.wg.Add(1)
+	go p.accept(ln)
+	return nil
+}
+
 // Close stops the proxy and closes every connection through it.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.changed.Broadcast()
+	ln, down := p.ln, p.down
 	p.mu.Unlock()
-	err := p.ln.Close()
+	var err error
+	if !down {
+		err = ln.Close()
+	}
 	p.Cut()
 	p.wg.Wait()
 	return err

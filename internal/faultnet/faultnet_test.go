@@ -2,7 +2,10 @@ package faultnet
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -119,5 +122,76 @@ func TestCutWhileStalled(t *testing.T) {
 	case <-done:
 	case <-time.After(2 * time.Second):
 		t.Fatal("Close hangs on a stalled, cut link")
+	}
+}
+
+// TestDownRefusesDials: after Down a dial is refused by the system (an *net.OpError of Op "dial"), not
+// accepted and closed; after Up, on the same address, connections work again.
+func TestDownRefusesDials(t *testing.T) {
+	p, err := Start(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := p.Down(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := bufio.NewReader(c).ReadString('\n'); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("a connection made before Down still reads")
+	}
+	if c2, err := net.Dial("tcp", p.Addr); err == nil {
+		c2.Close()
+		t.Fatal("a dial after Down was accepted")
+	} else if op, ok := err.(*net.OpError); !ok || op.Op != "dial" {
+		t.Fatalf("a dial after Down failed with %T %v, want a dial *net.OpError", err, err)
+	}
+	if err := p.Up(); err != nil {
+		t.Fatal(err)
+	}
+	c3, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if _, err := roundTrip(t, c3, bufio.NewReader(c3)); err != nil {
+		t.Fatalf("after Up: %v", err)
+	}
+}
+
+// TestJitterKeepsOrder: with jitter, each read is delayed by latency plus a random part, and a
+// connection's bytes still arrive in the order they were sent.
+func TestJitterKeepsOrder(t *testing.T) {
+	p, err := Start(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.SetLatency(time.Millisecond)
+	p.SetJitter(3 * time.Millisecond)
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	for i := range 50 {
+		fmt.Fprintf(c, "%d\n", i)
+		time.Sleep(100 * time.Microsecond)
+	}
+	for i := range 50 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("%d\n", i); line != want {
+			t.Fatalf("line %d is %q: reordered", i, line)
+		}
 	}
 }

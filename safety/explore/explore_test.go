@@ -1,0 +1,247 @@
+package explore
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/relock-go/relock"
+)
+
+var (
+	seedFlag    = flag.Uint64("seed", 0, "replay the schedule of this seed (with -run 'TestExplore/<kind>')")
+	exploreFlag = flag.Duration("explore", 0, "run fresh seeds for this long, per kind (default: the CI budget, -budget)")
+	budgetFlag  = flag.Duration("budget", 7*time.Second, "the CI budget: fresh seeds for this long, per kind")
+	parFlag     = flag.Int("par", 4, "schedules run at once")
+	keepGoing   = flag.Bool("keep-going", false, "go on exploring after a violation (count them all)")
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// TestExplore runs, for every kind, fresh seeds for the budget (or -explore), or the one schedule of
+// -seed, and fails with the seed, the plan, the violation and the history around it.
+func TestExplore(t *testing.T) {
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) { exploreKind(t, k) })
+	}
+}
+
+// outcome is what one schedule gave.
+type outcome struct {
+	p          *plan
+	h          *history
+	violations []violation
+	elapsed    time.Duration
+}
+
+func exploreKind(t *testing.T, k *kind) {
+	if *seedFlag != 0 {
+		o := runSchedule(t, k, *seedFlag)
+		t.Logf("%s", o.p)
+		if testing.Verbose() {
+			t.Logf("history:\n%s", o.h.around(0, forever))
+		}
+		report(t, k, o)
+		summary(t, k, 1, len(o.h.faults), len(o.violations), o.elapsed, "")
+		return
+	}
+	budget := *budgetFlag
+	if *exploreFlag > 0 {
+		budget = *exploreFlag
+	}
+	start := time.Now()
+	var schedules, faults, violations atomic.Int64
+	var mu sync.Mutex
+	var first *outcome
+	var firstAt string
+	stop := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range max(1, *parFlag) {
+		wg.Go(func() {
+			for time.Since(start) < budget {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				o := runSchedule(t, k, rand.Uint64()>>1|1)
+				n := schedules.Add(1)
+				faults.Add(int64(len(o.h.faults)))
+				if len(o.violations) == 0 {
+					continue
+				}
+				violations.Add(int64(len(o.violations)))
+				mu.Lock()
+				if first == nil {
+					first = &o
+					firstAt = fmt.Sprintf("first found after %d schedules, %.1f s", n, time.Since(start).Seconds())
+				}
+				mu.Unlock()
+				if !*keepGoing {
+					once.Do(func() { close(stop) })
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if first != nil {
+		report(t, k, *first)
+	}
+	summary(t, k, schedules.Load(), int(faults.Load()), int(violations.Load()), elapsed, firstAt)
+}
+
+// report fails t with o's violations: the seed to replay, the plan, and the history around each.
+func report(t *testing.T, k *kind, o outcome) {
+	t.Helper()
+	if len(o.violations) == 0 {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d violations; replay with: go test -race ./safety/explore/ -run 'TestExplore/%s$' -seed %d -v\n  plan: %s\n",
+		k.name, len(o.violations), k.name, o.p.seed, o.p)
+	for i, v := range o.violations {
+		if i == 3 {
+			fmt.Fprintf(&b, "  … and %d more\n", len(o.violations)-i)
+			break
+		}
+		fmt.Fprintf(&b, "  %s\n  history around it:\n%s", v, o.h.around(v.from-300*time.Millisecond, v.to+100*time.Millisecond))
+	}
+	t.Error(b.String())
+}
+
+// summary logs, and appends to $RELOCK_CHAOS_SUMMARY, the kind's line: schedules, faults, violations.
+func summary(t *testing.T, k *kind, schedules int64, faults, violations int, elapsed time.Duration, first string) {
+	line := fmt.Sprintf("explore: kind=%s schedules=%d faults=%d violations=%d seconds=%.1f schedules/s=%.2f",
+		k.name, schedules, faults, violations, elapsed.Seconds(), float64(schedules)/elapsed.Seconds())
+	if first != "" {
+		line += " (" + first + ")"
+	}
+	t.Log(line)
+	if path := os.Getenv("RELOCK_CHAOS_SUMMARY"); path != "" {
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			fmt.Fprintln(f, line)
+			f.Close()
+		}
+	}
+}
+
+// runSchedule runs the schedule of seed for k: servers, Clients, actors, faults; then closes the Clients,
+// checks what is left in Redis, and checks the history.
+func runSchedule(t *testing.T, k *kind, seed uint64) outcome {
+	began := time.Now()
+	p := newPlan(k, seed)
+	e, err := newEnv(k, p)
+	if err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	defer e.close()
+	s := &sched{k: k, p: p, e: e, h: newHistory(), name: fmt.Sprintf("x%d", seed%100000), stop: make(chan struct{})}
+	if k.setup != nil {
+		if err := k.setup(s); err != nil {
+			t.Fatalf("seed %d: setup: %v", seed, err)
+		}
+	}
+	var wg sync.WaitGroup
+	id := 0
+	for ci := range p.clients {
+		for j := range p.perClient {
+			token := fmt.Sprintf("c%d-a%d", ci, j)
+			if k.name == "Election" { // two actors of a Client share an owner: Campaigns of one owner at once
+				token = fmt.Sprintf("c%d-o%d", ci, j/2)
+			}
+			a := &actor{id: id, client: ci, owner: token, rng: rand.New(rand.NewPCG(seed, uint64(id)+1)),
+				base: relock.WithOwner(context.Background(), token)}
+			id++
+			wg.Go(func() { k.actor(s, a) })
+		}
+	}
+	for i := range p.observers {
+		wg.Go(func() { s.observe(p.clients + i) })
+	}
+	faultsDone := make(chan struct{})
+	go func() {
+		inject(t, k, p, e, s.h, s.name, nil)
+		close(faultsDone)
+	}()
+	time.Sleep(p.length)
+	close(s.stop)
+	<-faultsDone
+	wg.Wait()
+	s.h.update(func() { s.h.end = s.h.now() })
+	e.closeClients()
+	clean(s)
+	s.h.update(func() { addGlobal(s.h) })
+	vs := check(s.h, k.res(p), defaultBounds(p.watchdog))
+	return outcome{p: p, h: s.h, violations: vs, elapsed: time.Since(began)}
+}
+
+// clean checks that, once every Client is closed, nothing of the actors is left in Redis beyond what the
+// kind documents: what is left must go within the watchdog timeout (a hold whose release could not be
+// sent expires), plus a second.
+func clean(s *sched) {
+	deadline := time.Now().Add(s.p.watchdog + time.Second)
+	for {
+		var left []string
+		for i := range s.e.servers {
+			keys, err := s.e.do(i, "KEYS", "*").AsStrSlice()
+			if err != nil {
+				s.h.fail("harness: KEYS: %v", err)
+				return
+			}
+			for _, key := range keys {
+				if s.k.name == "PermitSemaphore" && key == "{"+s.name+"}:timeout" {
+					// Permits that expired are given back by the next acquisition (documented): such
+					// entries may stay; a permit still renewed may not.
+					live, err := s.e.do(i, "EVAL", "local t = redis.call('time') "+
+						"return redis.call('zcount', KEYS[1], '('..(t[1] * 1000 + math.floor(t[2] / 1000)), '+inf')", "1", key).AsInt64()
+					if err == nil && live == 0 {
+						continue
+					}
+				}
+				if !s.k.stays(s.name, key) {
+					ttl, _ := s.e.do(i, "PTTL", key).AsInt64()
+					what := fmt.Sprintf("%s (server %d, pttl %d ms", key, i, ttl)
+					if typ, _ := s.e.do(i, "TYPE", key).ToString(); typ == "zset" || typ == "hash" {
+						content, _ := s.e.do(i, "EVAL", "local t = redis.call('time') "+
+							"local c = redis.call('type', KEYS[1]).ok == 'zset' and redis.call('zrange', KEYS[1], 0, -1, 'withscores') or redis.call('hgetall', KEYS[1]) "+
+							"for i = 1, #c do if not tonumber(c[i]) then c[i] = string.gsub(c[i], '.', function(x) return string.format('%02x', string.byte(x)) end) end end "+
+							"table.insert(c, 'now=' .. (t[1] * 1000 + math.floor(t[2] / 1000))) return c", "1", key).AsStrSlice()
+						what += fmt.Sprintf(", %s %v", typ, content)
+					}
+					left = append(left, what+")")
+				}
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			slices.Sort(left)
+			s.h.fail("cleanliness: left in Redis %v after every Client closed: %s", s.p.watchdog+time.Second, strings.Join(left, ", "))
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
