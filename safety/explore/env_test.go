@@ -154,6 +154,7 @@ type env struct {
 	clients  [][]*relock.Client  // [client][server]
 	admin    []rueidis.Client    // direct to each server
 	serverMu []sync.Mutex        // one fault at a time on each server (two restarts would race for its port)
+	clientMu []sync.Mutex        // one fault at a time on each Client's link
 }
 
 func newEnv(k *kind, p *plan) (*env, error) {
@@ -163,6 +164,7 @@ func newEnv(k *kind, p *plan) (*env, error) {
 		args = []string{"--appendonly", "yes", "--appendfsync", "always"}
 	}
 	e.serverMu = make([]sync.Mutex, k.servers)
+	e.clientMu = make([]sync.Mutex, p.clients+p.observers)
 	for range k.servers {
 		srv, err := redistest.StartServer(args...)
 		if err != nil {
@@ -272,6 +274,9 @@ func inject(t *testing.T, k *kind, p *plan, e *env, h *history, name string, sto
 			case fRedisPause, fClientPause, fRestartAOF, fRestartNone:
 				e.serverMu[f.target].Lock()
 				defer e.serverMu[f.target].Unlock()
+			case fLatency, fReplyLost, fDown, fPartition, fIsolated: // one at a time on a link: one's end must not undo another
+				e.clientMu[f.target].Lock()
+				defer e.clientMu[f.target].Unlock()
 			}
 			start := h.now()
 			w := window{what: f.what, start: start, target: f.target}
