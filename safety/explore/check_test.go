@@ -28,7 +28,7 @@ type bounds struct {
 
 func defaultBounds(watchdog time.Duration) bounds {
 	return bounds{watchdog: watchdog, grant: 500 * time.Millisecond, recovery: time.Second,
-		deadline: 250 * time.Millisecond, told: 50 * time.Millisecond, observe: time.Second}
+		deadline: 500 * time.Millisecond, told: 50 * time.Millisecond, observe: time.Second}
 }
 
 // resources says how a kind's resources are shared: counting (semaphores: at most capacity units held at
