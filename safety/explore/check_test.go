@@ -70,7 +70,7 @@ func check(h *history, res resources, b bounds) []violation {
 func checkDeadlines(h *history, b bounds) []violation {
 	var vs []violation
 	for _, c := range h.calls {
-		if c.deadline > 0 && c.ret > c.deadline+b.deadline {
+		if c.deadline > 0 && h.overran(c.ret-c.deadline, b.deadline, c.invoke, c.ret) {
 			vs = append(vs, violation{"deadline", fmt.Sprintf("actor %d's %s returned %v after its ctx's deadline (%v)",
 				c.actor, c.op, (c.ret - c.deadline).Round(time.Millisecond), c.err), c.invoke, c.ret})
 		}
@@ -98,7 +98,7 @@ func stalling(h *history, from, to time.Duration) bool {
 func checkQuick(h *history, b bounds) []violation {
 	var vs []violation
 	for _, c := range h.calls {
-		if c.quick && c.ret-c.invoke > b.grant && !stalling(h, c.invoke-b.recovery, c.ret) {
+		if c.quick && !stalling(h, c.invoke-b.recovery, c.ret) && h.overran(c.ret-c.invoke, b.grant, c.invoke, c.ret) {
 			vs = append(vs, violation{"liveness", fmt.Sprintf("actor %d's %s, one attempt, took %v (%v)", c.actor, c.op, (c.ret - c.invoke).Round(time.Millisecond), c.err), c.invoke, c.ret})
 		}
 	}
@@ -117,7 +117,7 @@ func checkRefused(h *history, b bounds) []violation {
 		}
 		for _, c := range h.calls {
 			if c.client != f.target || c.invoke < f.start+100*time.Millisecond || c.invoke+b.grant > f.end ||
-				c.ret-c.invoke <= b.grant || stalling(h, c.invoke, c.invoke+b.grant) {
+				stalling(h, c.invoke, c.invoke+b.grant) || !h.overran(c.ret-c.invoke, b.grant, c.invoke, c.ret) {
 				continue
 			}
 			vs = append(vs, violation{"liveness", fmt.Sprintf("actor %d's %s, made while Redis refused its Client's connections, took %v (%v)",
@@ -285,7 +285,7 @@ func checkWaiters(h *history, res resources, b bounds) []violation {
 			busy = append(busy, busyFor(h, res, w, r)...)
 		}
 		for _, seg := range faultFree(h, b, w.invoke, end, busy) {
-			if seg[1]-seg[0] > b.grant {
+			if h.overran(seg[1]-seg[0], b.grant, seg[0], seg[1]) {
 				vs = append(vs, violation{"liveness", fmt.Sprintf("actor %d's %s waited %v (%s..%s) while what it waits for (%v) was free",
 					w.actor, w.op, (seg[1] - seg[0]).Round(time.Millisecond), ms(seg[0]), ms(seg[1]), w.waitFor), seg[0], seg[1]})
 				break
@@ -396,7 +396,7 @@ func checkLatch(h *history, b bounds) []violation {
 			continue
 		}
 		for _, seg := range faultFree(h, b, from, end, nil) {
-			if seg[1]-seg[0] > b.grant {
+			if h.overran(seg[1]-seg[0], b.grant, seg[0], seg[1]) {
 				vs = append(vs, violation{"liveness", fmt.Sprintf("actor %d's %s waited %v (%s..%s) after the latch opened (%s)", c.actor, c.op, (seg[1] - seg[0]).Round(time.Millisecond), ms(seg[0]), ms(seg[1]), ms(latest)), seg[0], seg[1]})
 				break
 			}
@@ -439,6 +439,7 @@ func checkObservers(h *history, b bounds) []violation {
 					due = max(due, sat(f.end, b.recovery+b.observe))
 				}
 			}
+			due = sat(due, h.lagIn(l.at, due))
 			if o.end < due {
 				continue
 			}

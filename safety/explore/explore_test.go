@@ -62,7 +62,7 @@ func exploreKind(t *testing.T, k *kind) {
 			t.Logf("history:\n%s", o.h.around(0, forever))
 		}
 		report(t, k, o)
-		summary(t, k, 1, len(o.h.faults), len(o.violations), o.elapsed, "")
+		summary(t, k, 1, len(o.h.faults), len(o.violations), o.h.lagExcused, o.elapsed, "")
 		return
 	}
 	budget := *budgetFlag
@@ -70,7 +70,7 @@ func exploreKind(t *testing.T, k *kind) {
 		budget = *exploreFlag
 	}
 	start := time.Now()
-	var schedules, faults, violations atomic.Int64
+	var schedules, faults, violations, lagExcused atomic.Int64
 	var mu sync.Mutex
 	var first *outcome
 	var firstAt string
@@ -88,6 +88,7 @@ func exploreKind(t *testing.T, k *kind) {
 				o := runSchedule(t, k, rand.Uint64()>>1|1)
 				n := schedules.Add(1)
 				faults.Add(int64(len(o.h.faults)))
+				lagExcused.Add(int64(o.h.lagExcused))
 				if len(o.violations) == 0 {
 					continue
 				}
@@ -109,7 +110,7 @@ func exploreKind(t *testing.T, k *kind) {
 	if first != nil {
 		report(t, k, *first)
 	}
-	summary(t, k, schedules.Load(), int(faults.Load()), int(violations.Load()), elapsed, firstAt)
+	summary(t, k, schedules.Load(), int(faults.Load()), int(violations.Load()), int(lagExcused.Load()), elapsed, firstAt)
 }
 
 // report fails t with o's violations: the seed to replay, the plan, and the history around each.
@@ -132,9 +133,10 @@ func report(t *testing.T, k *kind, o outcome) {
 }
 
 // summary logs, and appends to $RELOCK_CHAOS_SUMMARY, the kind's line: schedules, faults, violations.
-func summary(t *testing.T, k *kind, schedules int64, faults, violations int, elapsed time.Duration, first string) {
-	line := fmt.Sprintf("explore: kind=%s schedules=%d faults=%d violations=%d seconds=%.1f schedules/s=%.2f",
-		k.name, schedules, faults, violations, elapsed.Seconds(), float64(schedules)/elapsed.Seconds())
+// lagExcused counts the overruns excused because the test process itself did not run (history.monitorLag).
+func summary(t *testing.T, k *kind, schedules int64, faults, violations, lagExcused int, elapsed time.Duration, first string) {
+	line := fmt.Sprintf("explore: kind=%s schedules=%d faults=%d violations=%d lag-excused=%d seconds=%.1f schedules/s=%.2f",
+		k.name, schedules, faults, violations, lagExcused, elapsed.Seconds(), float64(schedules)/elapsed.Seconds())
 	if first != "" {
 		line += " (" + first + ")"
 	}
@@ -163,6 +165,12 @@ func runSchedule(t *testing.T, k *kind, seed uint64) outcome {
 			t.Fatalf("seed %d: setup: %v", seed, err)
 		}
 	}
+	lagDone := make(chan struct{})
+	lagStop := make(chan struct{})
+	go func() {
+		s.h.monitorLag(lagStop)
+		close(lagDone)
+	}()
 	var wg sync.WaitGroup
 	id := 0
 	for ci := range p.clients {
@@ -192,6 +200,8 @@ func runSchedule(t *testing.T, k *kind, seed uint64) outcome {
 	close(s.stop)
 	<-faultsDone
 	wg.Wait()
+	close(lagStop)
+	<-lagDone
 	s.h.update(func() { s.h.end = s.h.now() })
 	e.closeClients()
 	clean(s)

@@ -101,6 +101,11 @@ type history struct {
 	notes     []string
 	failures  []string // violations found while running (a Resign that did not end leadership, a count)
 	end       time.Duration
+	// lags are the stretches in which the test process itself did not run (monitorLag): a call that
+	// overran its bound by no more than the process lagged within it was not late by the library's doing.
+	lags [][2]time.Duration
+	// lagExcused counts the overruns lags excused, for the summary.
+	lagExcused int
 }
 
 func newHistory() *history { return &history{base: time.Now()} }
@@ -143,6 +148,62 @@ func (h *history) update(f func()) {
 	h.mu.Lock()
 	f()
 	h.mu.Unlock()
+}
+
+// lagPeriod and lagMin: monitorLag wakes every lagPeriod, and records a stretch in which it woke at
+// least lagMin late (shorter lags are the timer's and the scheduler's ordinary noise, not counted).
+const (
+	lagPeriod = 5 * time.Millisecond
+	lagMin    = 20 * time.Millisecond
+)
+
+// monitorLag records, until stop is closed, the stretches in which a goroutine of the test process that
+// asked to wake every lagPeriod was not run: the machine was too loaded to run the process (CI runs every
+// package at once, on 2 cores, under the race detector), or a fault starved it. The library cannot
+// return by a deadline while its process does not run, so the liveness checkers do not count such
+// stretches against it.
+func (h *history) monitorLag(stop <-chan struct{}) {
+	t := time.NewTicker(lagPeriod)
+	defer t.Stop()
+	last := h.now()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := h.now()
+		if now-last-lagPeriod >= lagMin {
+			h.mu.Lock()
+			h.lags = append(h.lags, [2]time.Duration{last + lagPeriod, now})
+			h.mu.Unlock()
+		}
+		last = now
+	}
+}
+
+// lagIn is how long the process did not run within [from, to].
+func (h *history) lagIn(from, to time.Duration) time.Duration {
+	var d time.Duration
+	for _, l := range h.lags {
+		if s, e := max(l[0], from), min(l[1], to); e > s {
+			d += e - s
+		}
+	}
+	return d
+}
+
+// overran reports whether took, measured over [from, to], exceeds bound once the process's lag within
+// [from, to] is taken off; an overrun that the lag excuses is counted in lagExcused.
+func (h *history) overran(took, bound, from, to time.Duration) bool {
+	if took <= bound {
+		return false
+	}
+	if took-h.lagIn(from, to) <= bound {
+		h.lagExcused++
+		return false
+	}
+	return true
 }
 
 // ms formats a schedule time.
@@ -199,6 +260,12 @@ func (h *history) around(from, to time.Duration) string {
 			continue
 		}
 		lines = append(lines, line{f.start, fmt.Sprintf("fault %s %s..%s", f.what, ms(f.start), ms(f.end))})
+	}
+	for _, l := range h.lags {
+		if l[1] < from || l[0] > to {
+			continue
+		}
+		lines = append(lines, line{l[0], fmt.Sprintf("the test process did not run %s..%s", ms(l[0]), ms(l[1]))})
 	}
 	slices.SortStableFunc(lines, func(a, b line) int { return int(a.at - b.at) })
 	var b strings.Builder
