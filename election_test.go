@@ -695,3 +695,44 @@ func TestElectionCampaignsOfOneOwnerDoNotUndoEachOther(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestElectionCampaignOfAnOwnerThatWinsReturnsAtOnce: two Campaigns of one owner wait while another
+// candidate leads. When it resigns, one of them wins; the other must return the same term at once, not
+// sleep on until the next resignation or expiry (found by safety/explore).
+func TestElectionCampaignOfAnOwnerThatWinsReturnsAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	e := c.Election("owner-campaigns")
+	other := relock.WithOwner(ctx, "other")
+	if _, err := e.Campaign(other, "other"); err != nil {
+		t.Fatal(err)
+	}
+	mine := relock.WithOwner(ctx, "mine")
+	terms := make(chan uint64, 2)
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			term, err := e.Campaign(mine, fmt.Sprint("mine-", i))
+			terms <- term
+			errs <- err
+		}()
+		time.Sleep(150 * time.Millisecond)
+	}
+	time.Sleep(150 * time.Millisecond) // both wait
+	if err := e.Resign(other); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, errs, 3*time.Second, "no Campaign won after the leader resigned")
+	receive(t, errs, 3*time.Second, "a Campaign slept on while its owner led")
+	if a, b := <-terms, <-terms; a != b {
+		t.Fatalf("the Campaigns of one owner returned terms %d and %d", a, b)
+	}
+	if err := e.Resign(mine); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Leader(ctx); !errors.Is(err, relock.ErrNoLeader) {
+		t.Fatalf("after one Resign: Leader: %v; want ErrNoLeader", err)
+	}
+}

@@ -93,7 +93,10 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	k := holdKey{key: l.name, field: call.field}
 	parent := ctx
 	lateJoin := false // an attempt that joins the queue may have run unseen: it may yet add an entry
-	ao := acquireOp{kind: l.kind, name: l.name, channel: l.spec.waitChannel(call.field), wait: wait}
+	if call.join {
+		q.joined(k)
+	}
+	ao := acquireOp{kind: l.kind, name: l.name, channel: l.spec.waitChannel(call.field), wait: wait, owner: owner}
 	ok, err := l.c.acquire(ctx, ao, func(ctx context.Context) (bool, time.Duration, error) {
 		ok, wait, err := l.attempt(ctx, parent, k, lease, ttl, call)
 		lateJoin = lateJoin || call.join && mayHaveRun(err)

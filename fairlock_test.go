@@ -424,3 +424,44 @@ func TestFairLockQueueOrderHoldsForFreeLockAndLongWaits(t *testing.T) {
 		t.Fatalf("keys left: %v", keys)
 	}
 }
+
+// TestQueuedOwnerStaysQueuedWhileOneOfItsWaitersGivesUp: two goroutines of one owner (WithOwner) wait in
+// a lock's queue, which holds one entry for the owner. When one of them gives up, the owner must stay
+// queued for the other: the release must wake it at once, not after its longest sleep (a third of the
+// watchdog timeout, 10 s here), as when the first one's leave took the owner out of the queue.
+func TestQueuedOwnerStaysQueuedWhileOneOfItsWaitersGivesUp(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	cases := map[string]func(name string) relock.Locker{
+		"FairLock":  func(name string) relock.Locker { return c.FairLock(name) },
+		"WriteLock": func(name string) relock.Locker { return c.ReadWriteLock(name).WriteLock() },
+	}
+	for kind, locks := range cases {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxTimeout(t, 20*time.Second)
+			l := locks("queued-owner-" + kind)
+			other := relock.WithOwner(ctx, "other")
+			if err := l.Lock(other); err != nil {
+				t.Fatal(err)
+			}
+			mine := relock.WithOwner(ctx, "mine")
+			stays := make(chan error, 1)
+			go func() { stays <- l.Lock(mine) }()
+			short, cancel := context.WithTimeout(mine, 300*time.Millisecond)
+			defer cancel()
+			if err := l.Lock(short); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("the waiter that gives up: %v; want context.DeadlineExceeded", err)
+			}
+			time.Sleep(200 * time.Millisecond) // its leave, if any, is done
+			if err := l.Unlock(other); err != nil {
+				t.Fatal(err)
+			}
+			receive(t, stays, 3*time.Second, "the owner's remaining waiter slept on after the release")
+			if err := l.Unlock(mine); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

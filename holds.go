@@ -116,9 +116,12 @@ type holdTable struct {
 	// attempting holds, for each owner and lock with an acquisition attempt in flight, a channel closed
 	// when its outcome is known (see beginAttempt).
 	attempting map[holdKey]chan struct{}
-	queue      holdQueue
-	started    bool
-	closed     bool
+	// queued counts, for each owner's entry in a wait queue (waitQueue.entryKey), the owner's acquisitions
+	// waiting in it: the goroutines of one WithOwner token share the entry (see waitQueue.joined).
+	queued  map[holdKey]*queuedOwner
+	queue   holdQueue
+	started bool
+	closed  bool
 	// sleepUntil is when the loop will next look at the queue unless woken: a hold whose next event is
 	// later needs no wake-up, which keeps the loop asleep through most acquisitions.
 	sleepUntil time.Time
@@ -132,6 +135,7 @@ func newHoldTable(c *Client, timeout time.Duration) *holdTable {
 		timeout:    timeout,
 		holds:      make(map[holdKey]*hold),
 		attempting: make(map[holdKey]chan struct{}),
+		queued:     make(map[holdKey]*queuedOwner),
 		wake:       make(chan struct{}, 1),
 		stopped:    make(chan struct{}),
 	}

@@ -87,14 +87,15 @@ func allRenewed(call scriptCall) ([]int64, error) {
 }
 
 // newFakeClient returns a Client whose scripts f answers, with the given watchdog timeout, and no Redis
-// connection or subscription hub: only what does not wait for a release works. The test must call
-// closeFake.
+// connection; its subscription hub has no connection either: only what does not wait for a release
+// works. The test must call closeFake.
 func newFakeClient(t *testing.T, f *fakeRunner, timeout time.Duration) *Client {
 	life, end := context.WithCancel(context.Background())
 	closing, beginClose := context.WithCancel(life)
 	c := &Client{id: "client", watchdogTimeout: timeout, watchdogTimeoutArg: fmtMillis(timeout), life: life, end: end,
 		closing: closing, beginClose: beginClose, scripts: f}
 	c.pubsub.Store(pubPlain)
+	c.hub = newHub(nil, life, false, nil)
 	c.holds = newHoldTable(c, timeout)
 	var err error
 	if c.tel, err = newTelemetry(tracenoop.NewTracerProvider(), noop.NewMeterProvider(), c.holds.heldByKind); err != nil {

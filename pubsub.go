@@ -3,6 +3,7 @@ package relock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,10 @@ type hub struct {
 	cluster bool            // Redis Cluster: one receiver per channel (loopCluster)
 	// sharded reports whether releases on a cluster are announced with sharded pub/sub (Client.shardedPubSub).
 	sharded func(ctx context.Context, channel string) (bool, error)
+
+	// ownerWaiters counts the waiters with an owner (see waiter.owner), so that an acquisition looks for
+	// its owner's other waiters only when there may be some.
+	ownerWaiters atomic.Int64
 
 	mu      sync.Mutex
 	subs    map[string]*subscription // by channel
@@ -78,9 +83,10 @@ func newHub(redis subscriber, life context.Context, cluster bool, sharded func(c
 
 // join registers the calling goroutine as a waiter on channel, whose messages wake waiters as wakes says
 // (nil: lockWakes), and returns once Redis has confirmed the subscription, so a release published after
-// join returns is never missed. weight is what the waiter wants (a semaphore's permits; 0 stands for 1).
-// The caller must leave.
-func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight int) (*waiter, error) {
+// join returns is never missed. weight is what the waiter wants (a semaphore's permits; 0 stands for 1);
+// owner, if not "", the owner whose acquisitions let the waiter in too (see acquiredBy). The caller must
+// leave.
+func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight int, owner string) (*waiter, error) {
 	if wakes == nil {
 		wakes = lockWakes
 	}
@@ -99,8 +105,11 @@ func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight
 		s = &subscription{channel: channel, wakes: wakes}
 		h.subs[channel] = s
 	}
-	w := &waiter{sub: s, weight: weight, wake: make(chan struct{}, 1)}
+	w := &waiter{sub: s, weight: weight, owner: owner, wake: make(chan struct{}, 1)}
 	s.waiters = append(s.waiters, w)
+	if owner != "" {
+		h.ownerWaiters.Add(1)
+	}
 	var att *subAttempt
 	if !s.subscribed {
 		if s.pending == nil {
@@ -143,6 +152,9 @@ func (h *hub) leave(w *waiter) {
 			copy(s.waiters[i:], s.waiters[i+1:])
 			s.waiters[len(s.waiters)-1] = nil
 			s.waiters = s.waiters[:len(s.waiters)-1]
+			if w.owner != "" {
+				h.ownerWaiters.Add(-1)
+			}
 			break
 		}
 	}

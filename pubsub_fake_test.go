@@ -350,7 +350,7 @@ type joined struct {
 func joinAsync(ctx context.Context, h *hub, channel string) <-chan joined {
 	res := make(chan joined, 1)
 	go func() {
-		w, err := h.join(ctx, channel, nil, 1)
+		w, err := h.join(ctx, channel, nil, 1, "")
 		res <- joined{w, err}
 	}()
 	return res
@@ -358,7 +358,7 @@ func joinAsync(ctx context.Context, h *hub, channel string) <-chan joined {
 
 func mustJoin(t *testing.T, h *hub, channel string) *waiter {
 	t.Helper()
-	w, err := h.join(context.Background(), channel, nil, 1)
+	w, err := h.join(context.Background(), channel, nil, 1, "")
 	if err != nil {
 		t.Fatalf("join %q: %v", channel, err)
 	}

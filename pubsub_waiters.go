@@ -13,7 +13,10 @@ package relock
 type waiter struct {
 	sub    *subscription
 	weight int // what the waiter wants: a semaphore's permits, 1 for any other kind
-	wake   chan struct{}
+	// owner is the waiting owner, for the kinds whose hold lets the owner's other acquisitions in ("" for
+	// the others): see acquiredBy.
+	owner string
+	wake  chan struct{}
 	// taken counts the notifications the waiting goroutine took from wake that no answered attempt has
 	// looked at yet (see attempting, answered). Only the waiting goroutine uses it, leave included.
 	taken int
@@ -107,4 +110,27 @@ func (h *hub) answered(w *waiter, acquired bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	wakeLocked(w.sub, w.weight-1, w.weight)
+}
+
+// acquiredBy is called when owner acquired what channel's waiters wait for. Its other waiters there (other
+// goroutines of a WithOwner token) may enter now: a reentry, or a Campaign of the leader, which returns
+// its term. No release will wake them, as their owner holds what they wait for, so they are woken here,
+// each to try once. A wake they do not use is handed on when they leave, as any other (see waiter): at
+// worst another waiter tries once for nothing. owner "" (a kind without reentry) does nothing.
+func (h *hub) acquiredBy(channel, owner string) {
+	if owner == "" || h.ownerWaiters.Load() == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.subs[channel]; s != nil {
+		for _, w := range s.waiters {
+			if w.owner == owner {
+				select {
+				case w.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
 }

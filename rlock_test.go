@@ -929,3 +929,46 @@ func TestCallsDuringRedialKeepTheirDeadline(t *testing.T) {
 	}
 	calls.Wait()
 }
+
+// TestWaitersOfAnOwnerThatGetsTheLockGoOnAtOnce: two goroutines of one owner (WithOwner) wait for a lock
+// another owner holds. One release wakes one waiter; when it acquires, the owner holds the lock, and its
+// other waiter may enter too (a reentry: hold count 2). It must not sleep on until another release or the
+// holder's expiry (the watchdog timeout here, 30 s).
+func TestWaitersOfAnOwnerThatGetsTheLockGoOnAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	cases := map[string]func(name string) relock.Locker{
+		"RLock":     func(name string) relock.Locker { return c.Lock(name) },
+		"FairLock":  func(name string) relock.Locker { return c.FairLock(name) },
+		"WriteLock": func(name string) relock.Locker { return c.ReadWriteLock(name).WriteLock() },
+	}
+	for kind, locks := range cases {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxTimeout(t, 20*time.Second)
+			l := locks("owner-waiters-" + kind)
+			other := relock.WithOwner(ctx, "other")
+			if err := l.Lock(other); err != nil {
+				t.Fatal(err)
+			}
+			mine := relock.WithOwner(ctx, "mine")
+			got := make(chan error, 2)
+			go func() { got <- l.Lock(mine) }()
+			time.Sleep(100 * time.Millisecond)
+			go func() { got <- l.Lock(mine) }()
+			time.Sleep(300 * time.Millisecond) // both wait
+			if err := l.Unlock(other); err != nil {
+				t.Fatal(err)
+			}
+			receive(t, got, 3*time.Second, "no waiter got the released lock")
+			receive(t, got, 3*time.Second, "a waiter slept on while its owner held the lock")
+			if err := l.Unlock(mine); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(mine); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

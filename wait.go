@@ -20,6 +20,10 @@ type acquireOp struct {
 	wakes   wakePolicy    // how the channel's messages wake waiters (nil: lockWakes)
 	weight  int           // what the waiter wants, for the hub (see waiter): a semaphore's permits; 0 is 1
 	wait    time.Duration // < 0: as long as ctx allows; 0: one attempt
+	// owner is the acquiring owner, for the kinds whose hold lets the owner's other acquisitions in (a
+	// reentry, a Campaign of the leader); "" for the others. Once it acquires, the owner's other waiters
+	// on the channel are woken (hub.acquiredBy).
+	owner string
 }
 
 // acquire runs op in the shared wait loop, inside a "relock.acquire" span, and records its outcome. Close
@@ -36,6 +40,9 @@ func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, 
 		attempts++
 		return try(ctx)
 	})
+	if ok {
+		c.hub.acquiredBy(op.channel, op.owner)
+	}
 	o := acquireOutcome(ok, err)
 	wait := time.Since(start)
 	c.tel.acquired(ctx, op.kind, o, wait)
@@ -60,7 +67,7 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 	if op.wait > 0 {
 		deadline = time.Now().Add(op.wait)
 	}
-	w, err := c.hub.join(ctx, op.channel, op.wakes, op.weight)
+	w, err := c.hub.join(ctx, op.channel, op.wakes, op.weight, op.owner)
 	if err != nil {
 		return false, err
 	}

@@ -69,13 +69,61 @@ func (q *waitQueue) leaveOnce(ctx context.Context, k holdKey) (int64, error) {
 // nobody refreshes it for a watchdog timeout, like a dead process's.
 var lateLeaves = []time.Duration{time.Second, 5 * time.Second}
 
-// done ends a waiting acquisition: the watchdog forgets the entry, and an owner that gave up leaves at
-// once (in the background, since its context may be over; its next attempt waits for that). lateJoin says
-// an attempt to join had an unknown outcome: the owner then leaves again later (lateLeaves).
+// queuedOwner is an owner's entry in a wait queue, as its Client's acquisitions share it: how many wait
+// in it, and whether an attempt of one that gave up may still add it (lateJoin, see done).
+type queuedOwner struct {
+	waiting  int
+	lateJoin bool
+}
+
+// joined is told of an acquisition that may join the queue, before its first attempt: it must call done.
+// The goroutines of one owner (a WithOwner token shared by several) have one entry in the queue, so the
+// owner leaves it only when the last of them stops waiting: a leave for the first that gives up would
+// take the others out of the queue, unseen, and a release would then wake nobody.
+func (q *waitQueue) joined(k holdKey) {
+	w := q.c.holds
+	ek := q.entryKey(k)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	o := w.queued[ek]
+	if o == nil {
+		o = &queuedOwner{}
+		w.queued[ek] = o
+	}
+	o.waiting++
+}
+
+// left records that an acquisition of the owner stopped waiting, and reports whether it was the last
+// one, and whether an attempt of any of them may still join the queue late.
+func (q *waitQueue) left(ek holdKey, lateJoin bool) (last, late bool) {
+	w := q.c.holds
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	o := w.queued[ek]
+	if o == nil { // not joined: alone
+		return true, lateJoin
+	}
+	o.waiting--
+	o.lateJoin = o.lateJoin || lateJoin
+	if o.waiting > 0 {
+		return false, o.lateJoin
+	}
+	delete(w.queued, ek)
+	return true, o.lateJoin
+}
+
+// done ends a waiting acquisition (see joined): the watchdog forgets the entry, and an owner that gave up
+// leaves at once (in the background, since its context may be over; its next attempt waits for that),
+// unless another acquisition of the owner still waits in the entry. lateJoin says an attempt to join had
+// an unknown outcome: the owner then leaves again later (lateLeaves).
 func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 	ek := q.entryKey(k)
-	if acquired { // the acquire script removed the entry
+	last, lateJoin := q.left(ek, lateJoin)
+	if acquired { // the acquire script removed the entry; the owner's other waiters reenter
 		q.c.holds.released(ek, 0)
+		return
+	}
+	if !last { // the owner's other waiters keep the entry alive, and the last one leaves
 		return
 	}
 	_, settled := q.c.holds.settle(ek)
