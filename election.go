@@ -106,6 +106,19 @@ func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 	if err != nil {
 		return 0, wrapErrCtx(ctx, "campaign", e.name, err)
 	}
+	// The Campaigns of one owner take turns on this Client. An election holds one level per owner, so a
+	// Campaign that won the lock but could not record the leader would otherwise abandon the leadership
+	// another Campaign of its owner had just returned (safety/explore found it). In turn, the next one
+	// finds its owner leading, or waits for the abandon to be settled (see releaseInBackground).
+	field, err := e.c.ownerField(ctx)
+	if err != nil {
+		return 0, wrapErrCtx(ctx, "campaign", e.name, err)
+	}
+	turn := holdKey{key: campaignTurn + e.name, field: field}
+	if err := e.c.holds.beginAttempt(ctx, turn); err != nil {
+		return 0, wrapErrCtx(ctx, "campaign", e.name, err)
+	}
+	defer e.c.holds.endAttempt(turn)
 	if term, err := e.lock.FencingToken(ctx); err == nil {
 		// Leading already: make sure the term is recorded (the record is idempotent).
 		if err := e.record(ctx, term, value); err != nil {
@@ -129,6 +142,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 	}
 	return term, nil
 }
+
+// campaignTurn starts the key of the turns an owner's Campaigns take (see Campaign); no lock's name
+// starts so, as names are never empty (the key only orders an owner's Campaigns, never reaches Redis).
+const campaignTurn = "\x00campaign:"
 
 // abandon gives up the lock Campaign won but could not record the leader of. It resigns in the background
 // (as Unlock does with an ended context), which ends the hold for the Client at once whatever Redis

@@ -114,3 +114,62 @@ func TestElectionCampaignInterruptedByCloseIsClosed(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 }
+
+// Two Campaigns of one owner: the first wins the lock, and its context ends while it records the leader,
+// so it abandons the leadership. The second must not return a term that abandon then takes away: it
+// either leads afterwards, its leadership alive, or fails. (Before the Campaigns of an owner took turns,
+// the second found its owner leading, returned the term, and lost it to the first's abandon, its
+// LeadershipContext ending as if it had resigned: safety/explore, seed 4456822844252728509.)
+func TestElectionCampaignThatCannotRecordDoesNotEndItsOwnersOtherCampaign(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newTestClient(t, srv)
+	g := gateScripts(c)
+	ctx := WithOwner(context.Background(), "twice")
+	e := c.Election("abandon-other")
+	held, resume := g.arm(scriptElectionRecord, false)
+	first, cancelFirst := context.WithCancel(ctx)
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := e.Campaign(first, "first")
+		firstDone <- err
+	}()
+	<-held // the first Campaign won the lock, and its record waits
+	second := make(chan error, 1)
+	var term uint64
+	go func() {
+		var err error
+		term, err = e.Campaign(ctx, "second")
+		second <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the second Campaign is under way
+	cancelFirst()
+	resume()
+	if err := <-firstDone; err == nil {
+		t.Fatal("the first Campaign led, though its context ended before its record")
+	}
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatalf("the second Campaign: %v", err)
+		}
+	case <-wait.Done():
+		t.Fatal("the second Campaign did not return")
+	}
+	lead, err := e.LeadershipContext(ctx)
+	if err != nil {
+		t.Fatalf("the second Campaign returned term %d, and then: LeadershipContext: %v", term, err)
+	}
+	time.Sleep(300 * time.Millisecond) // any abandon has run
+	if lead.Err() != nil {
+		t.Fatalf("the second Campaign's leadership ended: %v", context.Cause(lead))
+	}
+	if l, err := e.Leader(ctx); err != nil || l.Value != "second" || l.Term != term {
+		t.Fatalf("Leader = %+v, %v; want the second Campaign's, term %d", l, err, term)
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

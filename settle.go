@@ -43,7 +43,8 @@ func (w *holdTable) prepare(ctx context.Context, k holdKey) (int64, error) {
 // reply was lost could not tell its own level from the other's (lua/undo_acquire.lua counts levels), and
 // would release the hold the other had just been granted (an Election, whose owner holds once, lost its
 // leadership so). An attempt that waits here has sent nothing: ctx ending returns its error, with nothing
-// to undo. Only an attempt that finds another in flight allocates (the channel it waits on).
+// to undo. Only an attempt that finds another in flight allocates (the channel it waits on). An owner's
+// Campaigns take turns the same way (see Election.Campaign).
 func (w *holdTable) beginAttempt(ctx context.Context, k holdKey) error {
 	for {
 		w.mu.Lock()
