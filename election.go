@@ -114,7 +114,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 	if err != nil {
 		return 0, wrapErrCtx(ctx, "campaign", e.name, err)
 	}
-	turn := holdKey{key: campaignTurn + e.name, field: field}
+	turn := holdKey{key: e.name, field: campaignTurn + field}
 	if err := e.c.holds.beginAttempt(ctx, turn); err != nil {
 		return 0, wrapErrCtx(ctx, "campaign", e.name, err)
 	}
@@ -143,8 +143,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 	return term, nil
 }
 
-// campaignTurn starts the key of the turns an owner's Campaigns take (see Campaign); no lock's name
-// starts so, as names are never empty (the key only orders an owner's Campaigns, never reaches Redis).
+// campaignTurn starts the field of the key of the turns an owner's Campaigns take (see Campaign). An
+// owner's field starts with its Client's UUID, so no attempt on a lock has such a key: the turns wait for
+// Campaigns only. The key never reaches Redis.
 const campaignTurn = "\x00campaign:"
 
 // abandon gives up the lock Campaign won but could not record the leader of. It resigns in the background
