@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -293,7 +292,7 @@ func (o *observer) last() string {
 // (see rewound).
 func (o *observer) observe(ctx context.Context) {
 	stream, rdb := o.e.keys[1], o.e.c.rdb
-	backoff := reconnectBackoffMin
+	var retry backoff
 	failed := false
 	for ctx.Err() == nil {
 		var streams map[string][]rueidis.XRangeEntry
@@ -311,14 +310,11 @@ func (o *observer) observe(ctx context.Context) {
 		}
 		if err != nil && !rueidis.IsRedisNil(err) {
 			failed = true
-			select {
-			case <-ctx.Done():
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, reconnectBackoffMax)
+			sleepCtx(ctx, retry.pause())
 			continue
 		}
-		failed, backoff = false, reconnectBackoffMin
+		failed = false
+		retry.reset()
 		if !o.deliver(ctx, streams[stream]) {
 			return
 		}

@@ -3,14 +3,7 @@ package relock
 import (
 	"context"
 	"errors"
-	"time"
-)
-
-// runBackoffMin and runBackoffMax bound Run's pause between two Campaigns that failed because Redis could
-// not be reached: it doubles from the one to the other, and starts again after a success.
-const (
-	runBackoffMin = 50 * time.Millisecond
-	runBackoffMax = 2 * time.Second
+	"fmt"
 )
 
 // Run is the life of a leader-only job: it campaigns for ctx's owner with value, calls fn while the owner
@@ -33,8 +26,8 @@ const (
 //     resigns without waiting for Redis (as Resign with an ended ctx does: the leadership ends for the
 //     Client at once and the release goes on in the background; Close waits for it) and returns an error
 //     matching ctx.Err(), joined with fn's error when fn returned another error than its context's.
-//   - While Redis cannot be reached (ErrUnavailable), Run campaigns again, waiting between attempts 50 ms
-//     at first, doubling up to 2 s, until ctx ends: it then returns an error matching ctx.Err() and the last
+//   - While Redis cannot be reached (ErrUnavailable), Run campaigns again, waiting between attempts about 50 ms
+//     at first, doubling up to 0.5 s, until ctx ends: it then returns an error matching ctx.Err() and the last
 //     failure. Any other failure to campaign is returned at once: ErrClosed when the Client is closed,
 //     ErrInvalidName, ErrInvalidOwner, a *KindError, an error reply of Redis (NOPERM...).
 //
@@ -51,20 +44,27 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 	if fn == nil {
 		return wrapErrCtx(ctx, "run", e.name, errorf("%w: nil function", ErrInvalidOptions))
 	}
-	backoff := runBackoffMin
+	var retry backoff // between Campaigns that failed because Redis could not be reached
+	var failed error  // the last failure Run campaigned again after
 	for {
 		term, err := e.Campaign(ctx, value)
 		if err != nil {
 			// Redis could not be reached, or the leadership was lost before it was recorded (errHoldGone):
 			// campaign again, after a pause. Anything else is for the caller.
 			again := (errors.Is(err, ErrUnavailable) || errors.Is(err, ErrLockLost)) && !permanent(err)
-			if !again || ctx.Err() != nil || !sleepCtx(ctx, backoff) {
+			if again {
+				failed = err
+			} else if failed != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				// ctx ended during one more try through the failure: the failure is still the news
+				err = fmt.Errorf("%w, after %w", err, failed)
+			}
+			if !again || ctx.Err() != nil || !sleepCtx(ctx, retry.pause()) {
 				return wrapErrCtx(ctx, "run", e.name, err)
 			}
-			backoff = min(2*backoff, runBackoffMax)
 			continue
 		}
-		backoff = runBackoffMin
+		retry.reset()
+		failed = nil
 		if lost, err := e.lead(ctx, term, fn); !lost {
 			return err
 		}
@@ -146,16 +146,4 @@ func ownError(ctx context.Context, err error) error {
 		return nil
 	}
 	return err
-}
-
-// sleepCtx waits for d, and reports false, at once, if ctx ends first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -335,6 +337,19 @@ func TestElectionRunRedisDown(t *testing.T) {
 	if n > 30 {
 		t.Fatalf("%d Campaigns in 3 s: Run does not back off", n)
 	}
+	// Whenever the context ends, during a pause or during a Campaign, the outage is in the error.
+	var runs sync.WaitGroup
+	for i := range 40 {
+		runs.Go(func() {
+			short, cancel := context.WithTimeout(relock.WithOwner(ctx, fmt.Sprint("o", i)), time.Duration(100+7*i)*time.Millisecond)
+			defer cancel()
+			err := c.Election(name).Run(short, "v", func(context.Context, uint64) error { return nil })
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, relock.ErrUnavailable) {
+				t.Errorf("Run with a context of %v = %v, want its context's error and ErrUnavailable", time.Duration(100+7*i)*time.Millisecond, err)
+			}
+		})
+	}
+	runs.Wait()
 
 	// Leading, then down: lost, campaigning again while down, leading again once Redis is back.
 	if err := srv.Restart(); err != nil {

@@ -736,3 +736,48 @@ func TestElectionCampaignOfAnOwnerThatWinsReturnsAtOnce(t *testing.T) {
 		t.Fatalf("after one Resign: Leader: %v; want ErrNoLeader", err)
 	}
 }
+
+// An observer whose Client could not reach Redis for a while sees the next leader soon after Redis answers
+// again: the pauses between its tries are short (safety/explore found an observer blind for 2 s after an
+// outage of 1.5 s, its pauses having doubled to 1.6 s while Redis refused its connections).
+func TestElectionObserveResumesSoonAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	watcher := clientAt(t, proxy.Addr, nil)
+	c := newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const name = "observe-outage"
+	obs, err := watcher.Election(name).Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := c.Election(name)
+	a := relock.WithOwner(ctx, "a")
+	if _, err := e.Campaign(a, "a"); err != nil {
+		t.Fatal(err)
+	}
+	nextLeader(t, obs, 5*time.Second)
+	if err := proxy.Down(); err != nil { // the watcher's connections reset, its dials refused
+		t.Fatal(err)
+	}
+	time.Sleep(1560 * time.Millisecond)
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Resign(a); err != nil {
+		t.Fatal(err)
+	}
+	b := relock.WithOwner(ctx, "b")
+	if _, err := e.Campaign(b, "b"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if l := nextLeader(t, obs, 5*time.Second); l.Value != "b" {
+		t.Fatalf("observed %+v after the outage, want b", l)
+	}
+	// The pause is at most retryPauseMax (0.5 s); the rest is slack for a loaded machine.
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("the leader elected after the outage was observed %v later, want within 1 s", d)
+	}
+}

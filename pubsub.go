@@ -61,10 +61,6 @@ const (
 	// subscribeTimeout bounds one SUBSCRIBE or UNSUBSCRIBE exchange on the subscription connection; a server
 	// that does not answer in time is treated as a broken connection.
 	subscribeTimeout = 5 * time.Second
-	// reconnectBackoffMin and reconnectBackoffMax bound the delay between attempts to restore the
-	// subscription connection while waiters need it.
-	reconnectBackoffMin = 50 * time.Millisecond
-	reconnectBackoffMax = 2 * time.Second
 )
 
 func newHub(redis subscriber, life context.Context, cluster bool, sharded func(context.Context, string) (bool, error)) *hub {
@@ -209,7 +205,7 @@ func (h *hub) loop() {
 		connErr <-chan error
 		retry   *time.Timer
 		retryC  <-chan time.Time
-		backoff = reconnectBackoffMin
+		backoff backoff // between attempts to restore the connection while waiters need it
 	)
 	defer func() {
 		if conn != nil {
@@ -243,15 +239,14 @@ func (h *hub) loop() {
 			conn, connErr = nil, nil
 			h.connectionLost()
 			if retry == nil {
-				retry = time.NewTimer(backoff)
+				retry = time.NewTimer(backoff.pause())
 			} else {
-				retry.Reset(backoff)
+				retry.Reset(backoff.pause())
 			}
 			retryC = retry.C
-			backoff = min(2*backoff, reconnectBackoffMax)
 			continue
 		}
-		backoff = reconnectBackoffMin
+		backoff.reset()
 	}
 }
 

@@ -3,7 +3,6 @@ package relock
 import (
 	"context"
 	"sync"
-	"time"
 )
 
 // loopCluster is the loop of a hub on Redis Cluster. Each channel has a receiver goroutine that holds its
@@ -51,9 +50,9 @@ func (h *hub) loopCluster() {
 
 // receive holds the subscription s until ctx ends, subscribing again after each loss.
 func (h *hub) receive(ctx context.Context, s *subscription, gen int) {
-	backoff := reconnectBackoffMin
+	var retry backoff
 	for {
-		err := h.receiveOnce(ctx, s, gen, &backoff)
+		err := h.receiveOnce(ctx, s, gen, &retry)
 		h.mu.Lock()
 		if s.gen == gen {
 			if s.subscribed {
@@ -67,13 +66,7 @@ func (h *hub) receive(ctx context.Context, s *subscription, gen int) {
 		}
 		h.mu.Unlock()
 		if ctx.Err() == nil {
-			timer := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-			case <-timer.C:
-			}
-			backoff = min(2*backoff, reconnectBackoffMax)
+			sleepCtx(ctx, retry.pause())
 		}
 		h.mu.Lock()
 		if ctx.Err() != nil {
@@ -93,8 +86,8 @@ func (h *hub) receive(ctx context.Context, s *subscription, gen int) {
 
 // receiveOnce subscribes to the channel of s, with SSUBSCRIBE or SUBSCRIBE as releases are announced, and
 // delivers its messages until the subscription is lost or ctx ends (then it unsubscribes). A successful
-// subscription resets *backoff.
-func (h *hub) receiveOnce(ctx context.Context, s *subscription, gen int, backoff *time.Duration) error {
+// subscription resets retry.
+func (h *hub) receiveOnce(ctx context.Context, s *subscription, gen int, retry *backoff) error {
 	pctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
 	sharded, err := h.sharded(pctx, s.channel)
 	cancel()
@@ -105,7 +98,7 @@ func (h *hub) receiveOnce(ctx context.Context, s *subscription, gen int, backoff
 		h.mu.Lock() // on rueidis's reader: no blocking here
 		if s.gen == gen {
 			h.confirmLocked(s)
-			*backoff = reconnectBackoffMin
+			retry.reset()
 		}
 		h.mu.Unlock()
 	}, h.onMessage)

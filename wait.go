@@ -80,7 +80,7 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 		}
 	}()
 	var troubleSince time.Time // when attempts began to fail with transient errors
-	backoff := reconnectBackoffMin
+	var retry backoff
 	for {
 		w.attempting()
 		ok, ttl, err := try(ctx)
@@ -102,9 +102,10 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 			} else if time.Since(troubleSince) > transientGrace {
 				return false, err
 			}
-			ttl, backoff = backoff, min(2*backoff, reconnectBackoffMax)
+			ttl = retry.pause()
 		} else {
-			troubleSince, backoff = time.Time{}, reconnectBackoffMin
+			troubleSince = time.Time{}
+			retry.reset()
 		}
 		sleep := ttl
 		if !deadline.IsZero() {

@@ -261,6 +261,18 @@ func (h *history) around(from, to time.Duration) string {
 		}
 		lines = append(lines, line{f.start, fmt.Sprintf("fault %s %s..%s", f.what, ms(f.start), ms(f.end))})
 	}
+	for i, o := range h.observers {
+		for _, d := range o.got {
+			if d.at < from || d.at > to {
+				continue
+			}
+			text := fmt.Sprintf("observer %d given %s of term %d", i, d.owner, d.term)
+			if d.restarted {
+				text += " (restarted)"
+			}
+			lines = append(lines, line{d.at, text})
+		}
+	}
 	for _, l := range h.lags {
 		if l[1] < from || l[0] > to {
 			continue
