@@ -68,10 +68,9 @@ type hold struct {
 	// unlock whose reply was lost, is over. Until then the owner's next operation on this hold waits, so
 	// the undo or completion sees counts nobody else is changing; but only until one of the settling's
 	// attempts fails (Redis unreachable): see holdTable.prepare. settleFailed is closed (and replaced) at
-	// each failure; settleErr is the last one.
+	// each failure, with its error.
 	settling     chan struct{}
-	settleFailed chan struct{}
-	settleErr    error
+	settleFailed *failure
 	// ctx ends, with the hold's end as cause, when the hold ends; made by the first holdContext call.
 	// derived memoizes, by parent, the contexts holdContext derived from it for a parent that can end, so
 	// that calling holdContext again and again with one parent costs no memory.

@@ -3,6 +3,7 @@ package relock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -347,6 +348,30 @@ func TestSyncUnlockWithEndedContext(t *testing.T) {
 		}
 		if _, err := l.HoldContext(owner); !errors.Is(err, ErrNotHeld) {
 			t.Fatalf("HoldContext after the release = %v", err)
+		}
+	})
+}
+
+// An operation that gave up waiting for a settling whose attempt failed reports that attempt's failure,
+// even when the settling ended before the operation read it (it reported "%!w(<nil>)" then:
+// safety/explore, ReadWriteLock).
+func TestPrepareReportsTheSettlingsFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newFakeClient(t, &fakeRunner{}, 3*time.Second)
+		defer closeFake(c)
+		k := holdKey{key: "k", field: "f"}
+		_, done := c.holds.settle(k)
+		got := make(chan error, 1)
+		go func() {
+			_, err := c.holds.prepare(context.Background(), k)
+			got <- err
+		}()
+		synctest.Wait() // prepare waits for the settling
+		c.holds.settleFailing(k, errConnReset)
+		done(-1) // the settling ends before prepare runs again
+		err := <-got
+		if !errors.Is(err, errConnReset) || !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "%!") {
+			t.Fatalf("prepare = %v, want the settling's failure (%v), matching ErrUnavailable", err, errConnReset)
 		}
 	})
 }

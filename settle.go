@@ -25,11 +25,8 @@ func (w *holdTable) prepare(ctx context.Context, k holdKey) (int64, error) {
 		}
 		select {
 		case <-settling:
-		case <-failed:
-			w.mu.Lock()
-			err := h.settleErr
-			w.mu.Unlock()
-			return 0, settlingError(err)
+		case <-failed.done:
+			return 0, settlingError(failed.err)
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
@@ -98,14 +95,22 @@ func (w *holdTable) settleFailing(k holdKey, err error) {
 	if h == nil || h.settling == nil {
 		return
 	}
-	h.settleErr = err
-	close(h.settleFailed)
-	h.settleFailed = make(chan struct{})
+	h.settleFailed.err = err
+	close(h.settleFailed.done)
+	h.settleFailed = newFailure()
 }
+
+// failure is closed once, with the error it failed with.
+type failure struct {
+	done chan struct{}
+	err  error // set before done is closed, never after
+}
+
+func newFailure() *failure { return &failure{done: make(chan struct{})} }
 
 // startSettlingLocked makes ch h's settling.
 func (h *hold) startSettlingLocked(ch chan struct{}) {
-	h.settling, h.settleFailed, h.settleErr = ch, make(chan struct{}), nil
+	h.settling, h.settleFailed = ch, newFailure()
 }
 
 // settle marks k as being settled; the returned func ends that, given the hold count then known
@@ -172,7 +177,7 @@ func (w *holdTable) settled(h *hold, ch chan struct{}) func(count int64) {
 			h.count = count
 		}
 		if h.settling == ch {
-			h.settling, h.settleFailed, h.settleErr = nil, nil, nil
+			h.settling, h.settleFailed = nil, nil
 		}
 		close(ch)
 		var e ending
