@@ -6,6 +6,7 @@
 package faultnet
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -26,7 +27,8 @@ type Proxy struct {
 	changed *sync.Cond // broadcast when latency, stalls or closing change
 	latency time.Duration
 	jitter  time.Duration
-	stalled [2]bool // [upstream: client to server, downstream: server to client]
+	lag     time.Duration // SetReplyLag's
+	stalled [2]bool       // [upstream: client to server, downstream: server to client]
 	refuse  bool
 	down    bool // the listener is closed: dials are refused by the system (Down)
 	closed  bool
@@ -43,6 +45,7 @@ const (
 type link struct {
 	client, server net.Conn
 	dead           bool // guarded by Proxy.mu
+	subscriber     bool // the client subscribed on it (see SetReplyLag); guarded by Proxy.mu
 }
 
 // Start listens on a free loopback port and forwards to target.
@@ -134,6 +137,12 @@ func (p *Proxy) pipe(l *link, dir int, src, dst net.Conn) {
 			if p.jitter > 0 {
 				lat += rand.N(p.jitter)
 			}
+			if dir == Upstream && !l.subscriber && subscribes(buf[:n]) {
+				l.subscriber = true
+			}
+			if dir == Downstream && !l.subscriber {
+				lat += p.lag
+			}
 			p.mu.Unlock()
 			due := time.Now().Add(lat)
 			if due.Before(last) {
@@ -180,6 +189,23 @@ func (p *Proxy) SetJitter(d time.Duration) {
 	p.mu.Lock()
 	p.jitter = d
 	p.mu.Unlock()
+}
+
+// SetReplyLag delays by d more what the server sends from now on over connections on which the client
+// has not subscribed (0: none): replies lag, and the pub/sub messages of a subscribed connection overtake
+// the replies to commands that ran before they were published, as when a client's command connection is
+// slower than its pub/sub connection. A connection counts as subscribed once the client sent SUBSCRIBE,
+// SSUBSCRIBE or PSUBSCRIBE on it.
+func (p *Proxy) SetReplyLag(d time.Duration) {
+	p.mu.Lock()
+	p.lag = d
+	p.mu.Unlock()
+}
+
+// subscribes reports whether data, sent by a client, holds a subscribing command's name (a bulk string of
+// RESP, in any case).
+func subscribes(data []byte) bool {
+	return bytes.Contains(bytes.ToUpper(data), []byte("SUBSCRIBE\r\n"))
 }
 
 // Stall stops (stalled true) or restarts forwarding in direction dir. Stalled data is kept, not lost.

@@ -195,3 +195,44 @@ func TestJitterKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestReplyLagSparesSubscribers: with a reply lag, what the server sends back is late on a connection that
+// did not subscribe, and on time on one that sent a SUBSCRIBE (in RESP, in any case).
+func TestReplyLagSparesSubscribers(t *testing.T) {
+	p, err := Start(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const lag = 200 * time.Millisecond
+	p.SetReplyLag(lag)
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, bufio.NewReader(c)
+	}
+	cmd, cmdR := dial()
+	sub, subR := dial()
+	if _, err := sub.Write([]byte("*2\r\n$9\r\nsubscribe\r\n$1\r\nx\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 { // the echoed command, a line each
+		sub.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if _, err := subR.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, err := roundTrip(t, cmd, cmdR); err != nil || d < lag {
+		t.Fatalf("a reply on a connection that did not subscribe came after %v (%v), want at least %v", d, err, lag)
+	}
+	if d, err := roundTrip(t, sub, subR); err != nil || d >= lag {
+		t.Fatalf("a message on a subscribed connection came after %v (%v), want less than %v", d, err, lag)
+	}
+	p.SetReplyLag(0)
+	if d, err := roundTrip(t, cmd, cmdR); err != nil || d >= lag {
+		t.Fatalf("without the lag, a reply came after %v (%v), want less than %v", d, err, lag)
+	}
+}

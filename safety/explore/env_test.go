@@ -35,12 +35,15 @@ type plan struct {
 	// sparse plans act seldom and wait long: releases come one at a time, and a waiter asleep while what
 	// it waits for is free stays so long enough to be seen (busy plans hand over at once, hiding it).
 	sparse bool
-	// tick, when set, makes a burst plan: see sched.burstHolder.
-	tick time.Duration
+	// tick, when set, makes a burst plan: see sched.burstHolder. Its releases are spread over spread.
+	tick, spread time.Duration
 	// latency is each Client's link's delay, for the whole schedule: it widens every race's window.
 	latency []time.Duration
 	jitter  []time.Duration // and a random part of it, drawn for each read: replies and messages overtake
-	faults  []step
+	// replyLag delays each Client's replies, not its pub/sub messages: a release's message reaches the
+	// Client before the reply of a command that ran before the release (a waiter's attempt).
+	replyLag []time.Duration
+	faults   []step
 }
 
 // step is one fault of a plan.
@@ -51,8 +54,8 @@ type step struct {
 }
 
 func (p *plan) String() string {
-	s := fmt.Sprintf("seed %d: %d clients × %d actors, %d observers, watchdog %v, %v, aof %v, permits %d, hold ≤ %v, think ≤ %v, wait ≤ %v, sparse %v, tick %v, latency %v, jitter %v",
-		p.seed, p.clients, p.perClient, p.observers, p.watchdog, p.length, p.aof, p.permits, p.maxHold, p.maxThink, p.maxWait, p.sparse, p.tick, p.latency, p.jitter)
+	s := fmt.Sprintf("seed %d: %d clients × %d actors, %d observers, watchdog %v, %v, aof %v, permits %d, hold ≤ %v, think ≤ %v, wait ≤ %v, sparse %v, tick %v (spread %v), latency %v, jitter %v, reply lag %v",
+		p.seed, p.clients, p.perClient, p.observers, p.watchdog, p.length, p.aof, p.permits, p.maxHold, p.maxThink, p.maxWait, p.sparse, p.tick, p.spread, p.latency, p.jitter, p.replyLag)
 	for _, f := range p.faults {
 		s += fmt.Sprintf("; %s(%d) at %v for %v", f.what, f.target, f.at, f.dur)
 	}
@@ -144,6 +147,30 @@ func newPlan(k *kind, seed uint64) *plan {
 		}
 		p.faults = append(p.faults, f)
 	}
+	// Drawn from a stream of its own, so that the plans of the seeds drawn before it stay the same.
+	lag := rand.New(rand.NewPCG(seed, 0x1a9))
+	for i := range p.clients + p.observers {
+		odds := 3
+		if i == 0 && p.tick > 0 {
+			odds = 2 // a burst's waiters: its releases' messages may overtake their attempts' replies
+		}
+		var d time.Duration
+		if lag.IntN(odds) == 0 {
+			d = time.Duration(1000+lag.IntN(7000)) * time.Microsecond
+		}
+		p.replyLag = append(p.replyLag, d)
+	}
+	// A burst's releases come a few ms apart, or as far apart as a waiter's round trip through its link:
+	// then a release may run while the attempt a release before woke is on its way (see sched.holdTime).
+	p.spread = 8 * time.Millisecond
+	if lag.IntN(2) == 0 {
+		p.spread = time.Duration(10+lag.IntN(30)) * time.Millisecond
+	}
+	if p.tick > 0 && (k.name == "Semaphore" || k.name == "PermitSemaphore") && lag.IntN(2) == 0 {
+		// As many permits as the burst's waiters: each is for one of them, and one that sleeps while its
+		// permit is free is seen (with more permits than waiters, any waiter woken gets one).
+		p.permits = p.perClient
+	}
 	return p
 }
 
@@ -190,6 +217,7 @@ func newEnv(k *kind, p *plan) (*env, error) {
 			}
 			px.SetLatency(p.latency[len(e.proxies)])
 			px.SetJitter(p.jitter[len(e.proxies)])
+			px.SetReplyLag(p.replyLag[len(e.proxies)])
 			ps = append(ps, px)
 			c, err := relock.New([]string{px.Addr}, &relock.Options{WatchdogTimeout: p.watchdog})
 			if err != nil {

@@ -125,6 +125,29 @@ func (s *sched) sleep(d time.Duration) {
 	}
 }
 
+// release makes a's release call op (fn, with a short ctx) on behalf of owner, and records it.
+func (s *sched) release(a *actor, op, owner string, fn func(context.Context) error) *call {
+	ctx, cancel := short(a)
+	defer cancel()
+	rc := &call{actor: a.id, client: a.client, op: op, owner: owner, invoke: s.h.now()}
+	rc.deadline = rc.invoke + 2*time.Second
+	rc.err = fn(ctx)
+	rc.ret = s.h.now()
+	s.h.addCall(rc)
+	return rc
+}
+
+// endedLocked records that the release rc ended x (in s.h.update): a release that did not say the hold was
+// gone, and failed, may have run or not, and the hold may live until its watchdog timeout.
+func (s *sched) endedLocked(x *hold, rc *call) {
+	x.end, x.endRet, x.endErr = rc.invoke, rc.ret, rc.err
+	x.released = rc.err == nil
+	x.notHeld = errors.Is(rc.err, relock.ErrNotHeld)
+	if rc.err != nil && !x.notHeld {
+		x.keep = s.p.watchdog + time.Second
+	}
+}
+
 // burstHolder reports whether a is a holder of a burst plan, in which the schedule is cut into ticks: the
 // first Client's actors (waiters) wait from late in a tick, get what the burst of releases at the tick
 // frees, hold it until 0.7 of the tick and wait again from 0.95; the other Clients' actors (holders) take
@@ -156,8 +179,8 @@ func (s *sched) thinkTime(a *actor) time.Duration {
 // holdTime is how long a holds what it got.
 func (s *sched) holdTime(a *actor) time.Duration {
 	switch {
-	case s.burstHolder(a): // a few ms apart: a waiter's attempt may come between two releases
-		return s.untilPhase(0) + time.Duration(a.rng.IntN(8000))*time.Microsecond
+	case s.burstHolder(a): // apart: a waiter's attempt may come between two releases
+		return s.untilPhase(0) + time.Duration(a.rng.Int64N(int64(s.p.spread)))
 	case s.p.tick > 0:
 		return s.untilPhase(0.7)
 	case s.p.sparse && a.rng.IntN(10) < 3:
@@ -350,21 +373,9 @@ func lockActor(handle func(s *sched, a *actor) lockHandle) func(s *sched, a *act
 				hold = lease + 50*time.Millisecond // past the lease: the hold expires, the Unlock finds it gone
 			}
 			s.sleep(hold)
-			rctx, rcancel := short(a)
-			rc := &call{actor: a.id, client: a.client, op: l.op + ".Unlock", invoke: s.h.now()}
-			rc.deadline = rc.invoke + 2*time.Second
-			err = l.unlock(rctx)
-			rcancel()
-			rc.ret, rc.err = s.h.now(), err
-			s.h.addCall(rc)
-			s.h.update(func() {
-				x.end, x.endRet, x.endErr = rc.invoke, rc.ret, err
-				x.released = err == nil
-				x.notHeld = errors.Is(err, relock.ErrNotHeld)
-				if err != nil && !x.notHeld {
-					x.keep = s.p.watchdog + time.Second
-				}
-			})
+			rc := s.release(a, l.op+".Unlock", "", l.unlock)
+			err = rc.err
+			s.h.update(func() { s.endedLocked(x, rc) })
 			if err == nil && herr == nil {
 				select {
 				case <-hctx.Done():
@@ -463,17 +474,11 @@ func semaphoreActor(s *sched, a *actor) {
 		x := &hold{owner: a.owner, res: []int{0}, units: n, invoke: c.invoke, grant: c.ret, end: forever, told: forever}
 		s.h.addHold(x)
 		s.sleep(s.holdTime(a))
-		rctx, rcancel := short(a)
-		rc := &call{actor: a.id, client: a.client, op: fmt.Sprintf("Semaphore.Release(%d)", n), invoke: s.h.now()}
-		rc.deadline = rc.invoke + 2*time.Second
-		err = sem.Release(rctx, n)
-		rcancel()
-		rc.ret, rc.err = s.h.now(), err
-		s.h.addCall(rc)
+		rc := s.release(a, fmt.Sprintf("Semaphore.Release(%d)", n), "", func(ctx context.Context) error { return sem.Release(ctx, n) })
 		s.h.update(func() {
-			x.end, x.endRet, x.endErr, x.released = rc.invoke, rc.ret, err, err == nil
-			if err != nil {
-				x.keep = forever
+			x.end, x.endRet, x.endErr, x.released = rc.invoke, rc.ret, rc.err, rc.err == nil
+			if rc.err != nil {
+				x.keep = forever // a semaphore's permits are nobody's: a release that may not have run strands them
 			}
 		})
 	}
@@ -523,21 +528,8 @@ func permitActor(s *sched, a *actor) {
 			s.watchLoss(x, pctx)
 		}
 		s.sleep(s.holdTime(a))
-		rctx, rcancel := short(a)
-		rc := &call{actor: a.id, client: a.client, op: "Permit.Release", invoke: s.h.now()}
-		rc.deadline = rc.invoke + 2*time.Second
-		err = p.Release(rctx)
-		rcancel()
-		rc.ret, rc.err = s.h.now(), err
-		s.h.addCall(rc)
-		s.h.update(func() {
-			x.end, x.endRet, x.endErr = rc.invoke, rc.ret, err
-			x.released = err == nil
-			x.notHeld = errors.Is(err, relock.ErrNotHeld)
-			if err != nil && !x.notHeld {
-				x.keep = s.p.watchdog + time.Second
-			}
-		})
+		rc := s.release(a, "Permit.Release", "", p.Release)
+		s.h.update(func() { s.endedLocked(x, rc) })
 	}
 }
 
@@ -645,13 +637,8 @@ func electionActor(s *sched, a *actor) {
 		if a.rng.IntN(3) == 0 { // resign later, or leave it to the other actor of the owner
 			continue
 		}
-		rctx, rcancel := short(a)
-		rc := &call{actor: a.id, client: a.client, op: "Resign", owner: a.owner, invoke: s.h.now()}
-		rc.deadline = rc.invoke + 2*time.Second
-		err = e.Resign(rctx)
-		rcancel()
-		rc.ret, rc.err = s.h.now(), err
-		s.h.addCall(rc)
+		rc := s.release(a, "Resign", a.owner, e.Resign)
+		err = rc.err
 		s.h.update(func() { // the owner's leadership ends, whichever of its actors won it
 			for _, y := range s.h.holds {
 				switch {
@@ -659,12 +646,7 @@ func electionActor(s *sched, a *actor) {
 				case y.phantom && y.keep == forever:
 					y.keep = rc.ret - y.endRet
 				case !y.phantom && y.end == forever && y.told == forever:
-					y.end, y.endRet, y.endErr = rc.invoke, rc.ret, err
-					y.released = err == nil
-					y.notHeld = errors.Is(err, relock.ErrNotHeld)
-					if err != nil && !y.notHeld {
-						y.keep = s.p.watchdog + time.Second
-					}
+					s.endedLocked(y, rc)
 				}
 			}
 		})
