@@ -30,8 +30,8 @@ func (c *Client) goBackground(fn func(ctx context.Context)) bool {
 }
 
 // retryUnknown runs call until Redis answers it (see retry; call must be safe to repeat: an attempt whose
-// outcome is unknown may have run), the deadline passes or life ends, and returns the last reply, or -1
-// when none came.
+// outcome is unknown may have run), the deadline passes (a zero deadline: never) or life ends, and returns
+// the last reply, or -1 when none came.
 func (c *Client) retryUnknown(life context.Context, deadline time.Time, call func(ctx context.Context) (int64, error)) int64 {
 	n, err := c.retry(life, deadline, true, call)
 	if err != nil {
@@ -50,7 +50,7 @@ func (c *Client) retryUnknown(life context.Context, deadline time.Time, call fun
 func (c *Client) retry(life context.Context, deadline time.Time, repeatable bool, call func(ctx context.Context) (int64, error)) (int64, error) {
 	for {
 		attemptDeadline := time.Now().Add(retryAttemptTimeout)
-		if deadline.Before(attemptDeadline) {
+		if !deadline.IsZero() && deadline.Before(attemptDeadline) {
 			attemptDeadline = deadline
 		}
 		ctx, cancel := context.WithDeadline(life, attemptDeadline)
@@ -60,7 +60,7 @@ func (c *Client) retry(life context.Context, deadline time.Time, repeatable bool
 			return n, nil
 		}
 		again := didNotRun(err) || repeatable && (outcomeUnknown(err) || transient(err))
-		if !again || time.Now().After(deadline) {
+		if !again || !deadline.IsZero() && time.Now().After(deadline) {
 			return -1, err
 		}
 		select {

@@ -216,9 +216,11 @@ const undoMarkTTL = 2 * time.Second
 // left in Redis makes it change nothing if it arrives later (it may be delayed on a slow link, or queued
 // on a connection), so that an undo that overtakes its attempt does not leave an orphaned hold level.
 // Trying again after an attempt whose outcome is unknown is therefore safe; the undo keeps trying until
-// Redis answers or the hold it might undo has expired anyway. Until it is done, the same owner's next
-// operation on this lock waits, or, while the undo cannot reach Redis, fails when its next attempt does
-// (see holdTable.prepare).
+// Redis answers (or the Client ends), however long that is: an attempt held up on its connection reaches
+// Redis whenever the connection carries it on, which can be long after the hold it asked for would have
+// expired had it arrived at once (rueidis keeps a silent connection for ConnWriteTimeout plus twice the
+// dialer's KeepAlive). Until the undo is done, the same owner's next operation on this lock waits, or,
+// while the undo cannot reach Redis, fails when its next attempt does (see holdTable.prepare).
 func (l *RLock) undoAcquire(k holdKey, ttl time.Duration, attempt string) {
 	prior, done := l.c.holds.settle(k)
 	expected := strconv.FormatInt(prior+1, 10)
@@ -226,7 +228,7 @@ func (l *RLock) undoAcquire(k holdKey, ttl time.Duration, attempt string) {
 		args: []string{k.field, expected, attempt, fmtMillis(min(ttl, undoMarkTTL))}}
 	call := releaseCall{field: k.field, expected: expected}
 	ran := l.c.goBackground(func(life context.Context) {
-		left := l.c.retryUnknown(life, time.Now().Add(ttl), func(ctx context.Context) (int64, error) {
+		left := l.c.retryUnknown(life, time.Time{}, func(ctx context.Context) (int64, error) {
 			if applied, err := l.c.scripts.runInt(ctx, decide); err != nil || applied == 0 {
 				l.c.holds.settleFailing(k, err)
 				return -1, err // not run, and now it never will

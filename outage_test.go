@@ -693,3 +693,82 @@ func TestCallsDuringAQuietRedialKeepTheirDeadline(t *testing.T) {
 	}
 	calls.Wait()
 }
+
+// An acquisition held up on its connection (the link stalled both ways) whose context ended is undone in
+// the background. The undo must go on until Redis answers: the attempt can reach Redis as late as the
+// connection lives, long after the lease it asked for would have run out had it arrived at once. Here the
+// stall outlasts the lease; when it ends, the held-up attempt arrives and takes the lock, and the undo,
+// which arrives with it, gives it back (or, arriving first, makes it change nothing). Before, the undo
+// stopped once the lease would have run out: the owner then held, for a whole lease, a lock it was told
+// it did not get (safety/explore, ReadWriteLock).
+func TestAcquisitionHeldUpPastItsLeaseIsStillUndone(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	c := clientAt(t, proxy.Addr, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	for _, kind := range []string{"lock", "read"} {
+		name := "held-up-" + kind
+		l := c.Lock(name)
+		lockWithLease := l.LockWithLease
+		if kind == "read" {
+			lockWithLease = c.ReadWriteLock(name).ReadLock().LockWithLease
+		}
+		if err := l.Lock(ctx); err != nil { // a connection made
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		const lease = 400 * time.Millisecond
+		proxy.Stall(faultnet.Upstream, true)
+		proxy.Stall(faultnet.Downstream, true)
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err := lockWithLease(short, lease)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s: LockWithLease through a stalled link = %v, want its context's error", kind, err)
+		}
+		time.Sleep(3 * lease)
+		proxy.Stall(faultnet.Upstream, false)
+		proxy.Stall(faultnet.Downstream, false)
+		time.Sleep(lease / 2) // the attempt has arrived; its lease has not run out
+		if n, err := rdb.Do(ctx, rdb.B().Exists().Key(name).Build()).AsInt64(); err != nil || n != 0 {
+			t.Fatalf("%s: %v after the stall (%d, %v): the held-up attempt took the lock, and nothing undid it", kind, name, n, err)
+		}
+		if n, err := l.HoldCount(ctx); err != nil || n != 0 {
+			t.Fatalf("%s: HoldCount = %d, %v; want 0", kind, n, err)
+		}
+	}
+}
+
+// The same for a PermitSemaphore, whose give-back stops after the watchdog timeout: an acquisition held up
+// past it must not keep a permit nobody holds when it arrives (a permit's expiry is set when it is asked
+// for, so a late one arrives expired, or nearly).
+func TestPermitHeldUpPastTheWatchdogTimeoutIsStillGivenBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	c := clientAt(t, proxy.Addr, &relock.Options{WatchdogTimeout: time.Second})
+	ctx := ctxTimeout(t, 20*time.Second)
+	s := c.PermitSemaphore("held-up-permit")
+	if ok, err := s.TrySetPermits(ctx, 1); !ok || err != nil {
+		t.Fatalf("TrySetPermits = %v, %v", ok, err)
+	}
+	proxy.Stall(faultnet.Upstream, true)
+	proxy.Stall(faultnet.Downstream, true)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err := s.Acquire(short)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire through a stalled link = %v, want its context's error", err)
+	}
+	time.Sleep(2 * time.Second) // past the watchdog timeout
+	proxy.Stall(faultnet.Upstream, false)
+	proxy.Stall(faultnet.Downstream, false)
+	time.Sleep(300 * time.Millisecond) // the acquisition has arrived; a permit it took would not have expired
+	if n, err := s.AvailablePermits(ctx); err != nil || n != 1 {
+		t.Fatalf("AvailablePermits after the stall = %d, %v; want 1: the held-up acquisition kept a permit", n, err)
+	}
+}

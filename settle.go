@@ -7,8 +7,8 @@ import (
 
 // prepare waits until nothing settles k, and returns the hold count known for it. It waits for a
 // settling only until the settling's next attempt fails (Redis unreachable, or not answering): it then
-// fails with errSettling, which matches ErrUnavailable, and nothing is sent. (The settling goes on, until
-// Redis answers or the hold it settles would have expired.) So the owner's next operation waits for at
+// fails with errSettling, which matches ErrUnavailable, and nothing is sent. (The settling goes on: an undo
+// until Redis answers, a release until then or until the hold it settles would have expired.) So the owner's next operation waits for at
 // most one attempt, a second at worst (retryAttemptTimeout), while Redis does not answer.
 func (w *holdTable) prepare(ctx context.Context, k holdKey) (int64, error) {
 	for {
