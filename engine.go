@@ -222,7 +222,7 @@ const undoMarkTTL = 2 * time.Second
 // dialer's KeepAlive). Until the undo is done, the same owner's next operation on this lock waits, or,
 // while the undo cannot reach Redis, fails when its next attempt does (see holdTable.prepare).
 func (l *RLock) undoAcquire(k holdKey, ttl time.Duration, attempt string) {
-	prior, done := l.c.holds.settle(k)
+	prior, settling := l.c.holds.settle(k)
 	expected := strconv.FormatInt(prior+1, 10)
 	decide := scriptCall{script: scriptUndoAcquire, keys: []string{l.name, undoneKey(l.name)},
 		args: []string{k.field, expected, attempt, fmtMillis(min(ttl, undoMarkTTL))}}
@@ -230,17 +230,17 @@ func (l *RLock) undoAcquire(k holdKey, ttl time.Duration, attempt string) {
 	ran := l.c.goBackground(func(life context.Context) {
 		left := l.c.retryUnknown(life, time.Time{}, func(ctx context.Context) (int64, error) {
 			if applied, err := l.c.scripts.runInt(ctx, decide); err != nil || applied == 0 {
-				l.c.holds.settleFailing(k, err)
+				settling.failing(err)
 				return -1, err // not run, and now it never will
 			}
 			left, err := l.release(ctx, call)
-			l.c.holds.settleFailing(k, err)
+			settling.failing(err)
 			return left, err
 		})
-		done(left) // -1 (the acquisition did not run, or no answer): the count stays what it was
+		settling.done(left) // -1 (the acquisition did not run, or no answer): the count stays what it was
 	})
 	if !ran {
-		done(-1)
+		settling.done(-1)
 	}
 }
 

@@ -352,6 +352,19 @@ func TestSyncUnlockWithEndedContext(t *testing.T) {
 	})
 }
 
+// prepareDuringSettling starts a settling of k, then a prepare of k on another goroutine, and returns once
+// prepare waits for the settling (in a synctest bubble); prepare's error comes on the channel.
+func prepareDuringSettling(c *Client, k holdKey) (settlement, <-chan error) {
+	_, settling := c.holds.settle(k)
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.holds.prepare(context.Background(), k)
+		got <- err
+	}()
+	synctest.Wait()
+	return settling, got
+}
+
 // An operation that gave up waiting for a settling whose attempt failed reports that attempt's failure,
 // even when the settling ended before the operation read it (it reported "%!w(<nil>)" then:
 // safety/explore, ReadWriteLock).
@@ -360,18 +373,40 @@ func TestPrepareReportsTheSettlingsFailure(t *testing.T) {
 		c := newFakeClient(t, &fakeRunner{}, 3*time.Second)
 		defer closeFake(c)
 		k := holdKey{key: "k", field: "f"}
-		_, done := c.holds.settle(k)
-		got := make(chan error, 1)
-		go func() {
-			_, err := c.holds.prepare(context.Background(), k)
-			got <- err
-		}()
-		synctest.Wait() // prepare waits for the settling
+		settling, got := prepareDuringSettling(c, k)
 		c.holds.settleFailing(k, errConnReset)
-		done(-1) // the settling ends before prepare runs again
+		settling.done(-1) // the settling ends before prepare runs again
 		err := <-got
 		if !errors.Is(err, errConnReset) || !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "%!") {
 			t.Fatalf("prepare = %v, want the settling's failure (%v), matching ErrUnavailable", err, errConnReset)
 		}
+	})
+}
+
+// A settling whose record the table dropped meanwhile (the watchdog ends a queue entry whose refreshes
+// fail, settling or not) still tells an operation waiting for it that its attempt failed: the operation
+// returns at once with the failure. Before, the failure was looked up by key, found no record, and the
+// operation waited for the settling to end (safety/explore, FairLock: a Lock made while Redis refused
+// connections took 800 ms, the queue leave being retried for the watchdog timeout).
+func TestPrepareHearsASettlingWhoseRecordWasDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newFakeClient(t, &fakeRunner{}, 3*time.Second)
+		defer closeFake(c)
+		k := holdKey{key: "entries", field: "f"}
+		settling, got := prepareDuringSettling(c, k)
+		c.holds.mu.Lock()
+		c.holds.endLocked(c.holds.holds[k], errRenewTimeout) // the table drops the record
+		c.holds.mu.Unlock()
+		settling.failing(errConnReset)
+		synctest.Wait()
+		select {
+		case err := <-got:
+			if !errors.Is(err, errConnReset) || !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("prepare = %v, want the settling's failure (%v), matching ErrUnavailable", err, errConnReset)
+			}
+		default:
+			t.Fatal("prepare still waits after the settling's attempt failed")
+		}
+		settling.done(-1)
 	})
 }

@@ -98,25 +98,25 @@ func (l *RLock) unlockInBackground(ctx context.Context) error {
 // next operation on the lock waits for the release, as for an undo (see undoAcquire).
 func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 	call = repeating(call)
-	after, deadline, done := l.c.holds.unlocking(k)
+	after, deadline, settling := l.c.holds.unlocking(k)
 	ran := l.c.goBackground(func(life context.Context) {
 		if after != nil { // an earlier operation of the owner is settling: release after it
 			select {
 			case <-after:
 			case <-life.Done():
-				done(-1)
+				settling.done(-1)
 				return
 			}
 		}
 		left := l.c.retryUnknown(life, deadline, func(ctx context.Context) (int64, error) {
 			left, err := l.release(ctx, call)
-			l.c.holds.settleFailing(k, err)
+			settling.failing(err)
 			return left, err
 		})
-		done(max(left, 0)) // not held, or no answer until the hold's expiry: the hold is over
+		settling.done(max(left, 0)) // not held, or no answer until the hold's expiry: the hold is over
 	})
 	if !ran {
-		done(-1)
+		settling.done(-1)
 	}
 }
 

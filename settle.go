@@ -84,20 +84,46 @@ func (w *holdTable) endAttempt(k holdKey) {
 }
 
 // settleFailing notes that an attempt of the settling of k failed with err (nil: it did not fail), and
-// tells the operations waiting for the settling (see prepare).
+// tells the operations waiting for the settling (see prepare). It is for the settlings that have no
+// settlement (a give-up: see giver); the others tell theirs.
 func (w *holdTable) settleFailing(k holdKey, err error) {
 	if err == nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	h := w.holds[k]
-	if h == nil || h.settling == nil {
+	if h := w.holds[k]; h != nil {
+		h.settleFailingLocked(err)
+	}
+}
+
+func (h *hold) settleFailingLocked(err error) {
+	if h.settling == nil {
 		return
 	}
 	h.settleFailed.err = err
 	close(h.settleFailed.done)
 	h.settleFailed = newFailure()
+}
+
+// settlement is one settling of a hold record, started by settle or unlocking: the failures of its
+// attempts and its end are told through it to the record it began on, even once the table no longer has
+// that record (the watchdog drops a queue entry whose refreshes fail), so that whoever waits for it (see
+// prepare) hears of both.
+type settlement struct {
+	w  *holdTable
+	h  *hold
+	ch chan struct{}
+}
+
+// failing notes that an attempt of the settling failed with err (nil: it did not fail).
+func (s settlement) failing(err error) {
+	if err == nil {
+		return
+	}
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	s.h.settleFailingLocked(err)
 }
 
 // failure is closed once, with the error it failed with.
@@ -113,9 +139,8 @@ func (h *hold) startSettlingLocked(ch chan struct{}) {
 	h.settling, h.settleFailed = ch, newFailure()
 }
 
-// settle marks k as being settled; the returned func ends that, given the hold count then known
-// (negative: unchanged).
-func (w *holdTable) settle(k holdKey) (prior int64, done func(count int64)) {
+// settle marks k as being settled, until the settlement it returns is done.
+func (w *holdTable) settle(k holdKey) (prior int64, s settlement) {
 	w.mu.Lock()
 	h := w.holds[k]
 	if h == nil {
@@ -126,7 +151,7 @@ func (w *holdTable) settle(k holdKey) (prior int64, done func(count int64)) {
 	ch := make(chan struct{})
 	h.startSettlingLocked(ch)
 	w.mu.Unlock()
-	return prior, w.settled(h, ch)
+	return prior, settlement{w, h, ch}
 }
 
 // unlocking marks the owner's hold k as being released in the background (an Unlock that could not learn
@@ -136,7 +161,7 @@ func (w *holdTable) settle(k holdKey) (prior int64, done func(count int64)) {
 // owner's next operation on the lock waits. after is the settling the release must wait for first (an
 // earlier operation of the owner whose outcome is being settled), or nil; deadline is when the hold would
 // have expired, after which there is nothing left to release.
-func (w *holdTable) unlocking(k holdKey) (after <-chan struct{}, deadline time.Time, done func(count int64)) {
+func (w *holdTable) unlocking(k holdKey) (after <-chan struct{}, deadline time.Time, s settlement) {
 	w.mu.Lock()
 	now := time.Now()
 	deadline = now.Add(w.timeout)
@@ -165,26 +190,25 @@ func (w *holdTable) unlocking(k holdKey) (after <-chan struct{}, deadline time.T
 	h.startSettlingLocked(ch)
 	w.mu.Unlock()
 	e.report(w.c.tel)
-	return after, deadline, w.settled(h, ch)
+	return after, deadline, settlement{w, h, ch}
 }
 
-// settled returns the function that ends the settling ch of h, given the hold count then known (negative:
-// unchanged); a hold left with no count ends.
-func (w *holdTable) settled(h *hold, ch chan struct{}) func(count int64) {
-	return func(count int64) {
-		w.mu.Lock()
-		if count >= 0 {
-			h.count = count
-		}
-		if h.settling == ch {
-			h.settling, h.settleFailed = nil, nil
-		}
-		close(ch)
-		var e ending
-		if h.count <= 0 && h.settling == nil {
-			e = w.endLocked(h, context.Canceled)
-		}
-		w.mu.Unlock()
-		e.report(w.c.tel)
+// done ends the settling, given the hold count then known (negative: unchanged); a hold left with no
+// count ends.
+func (s settlement) done(count int64) {
+	w, h := s.w, s.h
+	w.mu.Lock()
+	if count >= 0 {
+		h.count = count
 	}
+	if h.settling == s.ch {
+		h.settling, h.settleFailed = nil, nil
+	}
+	close(s.ch)
+	var e ending
+	if h.count <= 0 && h.settling == nil {
+		e = w.endLocked(h, context.Canceled)
+	}
+	w.mu.Unlock()
+	e.report(w.c.tel)
 }

@@ -126,19 +126,19 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 	if !last { // the owner's other waiters keep the entry alive, and the last one leaves
 		return
 	}
-	_, settled := q.c.holds.settle(ek)
-	leave := func(life context.Context, settling bool) {
+	_, settling := q.c.holds.settle(ek)
+	leave := func(life context.Context, first bool) {
 		_, _ = q.c.retry(life, time.Now().Add(q.c.watchdogTimeout), true, func(ctx context.Context) (int64, error) {
 			n, err := q.leaveOnce(ctx, ek)
-			if settling {
-				q.c.holds.settleFailing(ek, err) // the owner's next attempt need not wait for a Redis that is gone
+			if first {
+				settling.failing(err) // the owner's next attempt need not wait for a Redis that is gone
 			}
 			return n, err
 		})
 	}
 	ran := q.c.goBackground(func(life context.Context) {
 		leave(life, true)
-		settled(0)
+		settling.done(0)
 		if !lateJoin {
 			return
 		}
@@ -156,7 +156,7 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 		}
 	})
 	if !ran {
-		settled(0)
+		settling.done(0)
 	}
 }
 

@@ -322,13 +322,13 @@ func (w *holdTable) timedOutLocked(h *hold, now time.Time, gives *[]func()) endi
 	w.holds[k] = p
 	ch := make(chan struct{})
 	p.startSettlingLocked(ch)
-	done := w.settled(p, ch)
+	settling := settlement{w, p, ch}
 	*gives = append(*gives, func() {
 		if !w.c.goBackground(func(life context.Context) {
 			_ = giver.giveUp(life, k, deadline)
-			done(0)
+			settling.done(0)
 		}) {
-			done(0)
+			settling.done(0)
 		}
 	})
 	return e
