@@ -90,7 +90,7 @@ func allRenewed(call scriptCall) ([]int64, error) {
 // newFakeClient returns a Client whose scripts f answers, with the given watchdog timeout, and no Redis
 // connection; its subscription hub has no connection either: only what does not wait for a release
 // works. The test must call closeFake.
-func newFakeClient(t *testing.T, f *fakeRunner, timeout time.Duration) *Client {
+func newFakeClient(t testing.TB, f *fakeRunner, timeout time.Duration) *Client {
 	life, end := context.WithCancel(context.Background())
 	closing, beginClose := context.WithCancel(life)
 	c := &Client{id: "client", watchdogTimeout: timeout, watchdogTimeoutArg: fmtMillis(timeout), life: life, end: end,
