@@ -65,7 +65,7 @@ func testMinimalACL(t *testing.T, rules []string) {
 		return c
 	}
 	a, b := newUserClient(), newUserClient()
-	one, two := relock.WithOwner(ctx, "one"), relock.WithOwner(ctx, "two")
+	one, two, three := relock.WithOwner(ctx, "one"), relock.WithOwner(ctx, "two"), relock.WithOwner(ctx, "three")
 
 	// Every lock type: a hold, reentry, a waiter on the other Client woken by the release, renewals.
 	kinds := map[string]func(c *relock.Client, name string) relock.Lockable{
@@ -95,24 +95,34 @@ func testMinimalACL(t *testing.T, rules []string) {
 		if kind == "read" { // readers share: a writer waits instead
 			other = b.ReadWriteLock(name).WriteLock()
 		}
-		got := make(chan error, 1)
-		go func() { got <- other.Lock(two) }()
-		time.Sleep(1200 * time.Millisecond) // past a renewal, and the waiter is waiting
+		// Two waiters on the other Client, the second queued behind the first: a fair handoff shortens the
+		// wait of the one behind. Each gets the lock in turn (a write lock's waiting writers in any order).
+		type turn struct {
+			owner context.Context
+			err   error
+		}
+		got := make(chan turn, 2)
+		go func() { got <- turn{two, other.Lock(two)} }()
+		time.Sleep(100 * time.Millisecond)
+		go func() { got <- turn{three, other.Lock(three)} }()
+		time.Sleep(1100 * time.Millisecond) // past a renewal, and the waiters are waiting
 		for range 2 {
 			if err := la.Unlock(one); err != nil {
 				t.Fatalf("%s: Unlock: %v", kind, err)
 			}
 		}
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatalf("%s: the waiter: %v", kind, err)
+		for range 2 {
+			select {
+			case w := <-got:
+				if w.err != nil {
+					t.Fatalf("%s: a waiter: %v", kind, w.err)
+				}
+				if err := other.Unlock(w.owner); err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: a waiter was not woken", kind)
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s: the waiter was not woken", kind)
-		}
-		if err := other.Unlock(two); err != nil {
-			t.Fatal(err)
 		}
 		if err := la.LockWithLease(one, time.Second); err != nil {
 			t.Fatalf("%s: LockWithLease: %v", kind, err)

@@ -77,11 +77,24 @@ local function raise_score(timeouts, alive, owner, pos, wait)
 end
 
 -- shorten_waits subtracts wait from the scores of owners, those that have one (Redisson's arithmetic for
--- the waiters that were behind one who took the lock or gave up).
+-- the waiters that were behind one who took the lock or gave up). It reads the scores with one ZMSCORE and
+-- writes them with one ZADD XX, a chunk of owners at a time: a command or two per waiter was most of a
+-- fair acquisition's cost with many waiting.
 local function shorten_waits(timeouts, owners, wait)
-  for _, owner in ipairs(owners) do
-    if redis.call('zscore', timeouts, owner) then
-      redis.call('zincrby', timeouts, -wait, owner)
+  local chunk = 1000 -- owners per command: unpack's limit is far above, and the commands stay short
+  for first = 1, #owners, chunk do
+    local last = math.min(first + chunk - 1, #owners)
+    local scores = redis.call('zmscore', timeouts, unpack(owners, first, last))
+    local args = {}
+    for i = first, last do
+      local score = scores[i - first + 1]
+      if score then
+        args[#args + 1] = tonumber(score) - wait
+        args[#args + 1] = owners[i]
+      end
+    end
+    if #args > 0 then
+      redis.call('zadd', timeouts, 'XX', unpack(args))
     end
   end
 end
