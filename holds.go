@@ -124,23 +124,17 @@ type holdTable struct {
 	// sleepUntil is when the loop will next look at the queue unless woken: a hold whose next event is
 	// later needs no wake-up, which keeps the loop asleep through most acquisitions.
 	sleepUntil time.Time
-	// timer wakes the loop at sleepUntil. It is set under mu, by the loop and by whoever queues an earlier
-	// event (armLocked): an acquisition moves the loop's wake-up without waking it.
-	timer   *time.Timer
-	wake    chan struct{}
-	stopped chan struct{}
+	wake       chan struct{}
+	stopped    chan struct{}
 }
 
 func newHoldTable(c *Client, timeout time.Duration) *holdTable {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
 	return &holdTable{
 		c:          c,
 		timeout:    timeout,
 		holds:      make(map[holdKey]*hold),
 		attempting: make(map[holdKey]chan struct{}),
 		queued:     make(map[holdKey]*queuedOwner),
-		timer:      timer,
 		wake:       make(chan struct{}, 1),
 		stopped:    make(chan struct{}),
 	}

@@ -45,17 +45,8 @@ func (w *holdTable) scheduleLocked(h *hold, base time.Time) {
 	if !w.started {
 		w.started = true
 		go w.loop()
-	} else {
-		w.armLocked(h.next)
-	}
-}
-
-// armLocked makes the loop wake by at, without waking it now: most acquisitions queue an event (a renewal)
-// far later than the loop's next, and cost no wake-up of its goroutine at all.
-func (w *holdTable) armLocked(at time.Time) {
-	if at.Before(w.sleepUntil) {
-		w.sleepUntil = at
-		w.timer.Reset(max(time.Until(at), 0))
+	} else if h.next.Before(w.sleepUntil) {
+		w.wakeLocked()
 	}
 }
 
@@ -72,11 +63,16 @@ func (w *holdTable) wakeLocked() {
 // ends with the Client.
 func (w *holdTable) loop() {
 	defer close(w.stopped)
-	defer w.timer.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
-		w.tick(time.Now())
+		if wait := w.tick(time.Now()); wait >= 0 {
+			timer.Reset(wait)
+		} else {
+			timer.Stop()
+		}
 		select {
-		case <-w.timer.C:
+		case <-timer.C:
 		case <-w.wake:
 		case <-w.c.life.Done():
 			return
@@ -133,11 +129,9 @@ func (w *holdTable) tick(now time.Time) time.Duration {
 	}
 	wait := time.Duration(-1)
 	w.sleepUntil = now.Add(100 * 365 * 24 * time.Hour)
-	w.timer.Stop()
 	if len(w.queue) > 0 {
 		wait = max(w.queue[0].next.Sub(now), 0)
 		w.sleepUntil = now.Add(wait)
-		w.timer.Reset(wait)
 	}
 	w.mu.Unlock()
 	reportAll(w.c.tel, ended)
@@ -284,7 +278,9 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 			}
 			h.next = now.Add(min(w.retryDelay(), h.expiresAt.Sub(now)))
 			heap.Push(&w.queue, h)
-			w.armLocked(h.next)
+			if h.next.Before(w.sleepUntil) {
+				w.wakeLocked()
+			}
 		}
 	}
 	w.mu.Unlock()
