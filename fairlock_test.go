@@ -433,19 +433,10 @@ func TestQueuedOwnerStaysQueuedWhileOneOfItsWaitersGivesUp(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv, nil)
-	cases := map[string]func(name string) relock.Locker{
-		"FairLock":  func(name string) relock.Locker { return c.FairLock(name) },
-		"WriteLock": func(name string) relock.Locker { return c.ReadWriteLock(name).WriteLock() },
-	}
-	for kind, locks := range cases {
+	for kind, newLock := range lockers(c, "FairLock", "WriteLock") {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxTimeout(t, 20*time.Second)
-			l := locks("queued-owner-" + kind)
-			other := relock.WithOwner(ctx, "other")
-			if err := l.Lock(other); err != nil {
-				t.Fatal(err)
-			}
+			l, other, ctx := heldByOther(t, newLock, "queued-owner-"+kind)
 			mine := relock.WithOwner(ctx, "mine")
 			stays := make(chan error, 1)
 			go func() { stays <- l.Lock(mine) }()

@@ -274,3 +274,30 @@ func receive(t testing.TB, ch <-chan error, d time.Duration, failure string) {
 		t.Fatal(failure)
 	}
 }
+
+// lockers returns a constructor, on c, for each lock kind named (RLock, FairLock, WriteLock).
+func lockers(c *relock.Client, kinds ...string) map[string]func(name string) relock.Locker {
+	all := map[string]func(name string) relock.Locker{
+		"RLock":     func(name string) relock.Locker { return c.Lock(name) },
+		"FairLock":  func(name string) relock.Locker { return c.FairLock(name) },
+		"WriteLock": func(name string) relock.Locker { return c.ReadWriteLock(name).WriteLock() },
+	}
+	out := make(map[string]func(name string) relock.Locker, len(kinds))
+	for _, k := range kinds {
+		out[k] = all[k]
+	}
+	return out
+}
+
+// heldByOther makes the lock name with newLock and has the owner "other" hold it; it returns the lock,
+// the other owner's context, and a context for the test (20 s).
+func heldByOther(t *testing.T, newLock func(name string) relock.Locker, name string) (relock.Locker, context.Context, context.Context) {
+	t.Helper()
+	ctx := ctxTimeout(t, 20*time.Second)
+	l := newLock(name)
+	other := relock.WithOwner(ctx, "other")
+	if err := l.Lock(other); err != nil {
+		t.Fatal(err)
+	}
+	return l, other, ctx
+}

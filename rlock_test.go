@@ -938,20 +938,10 @@ func TestWaitersOfAnOwnerThatGetsTheLockGoOnAtOnce(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	c := newClient(t, srv, nil)
-	cases := map[string]func(name string) relock.Locker{
-		"RLock":     func(name string) relock.Locker { return c.Lock(name) },
-		"FairLock":  func(name string) relock.Locker { return c.FairLock(name) },
-		"WriteLock": func(name string) relock.Locker { return c.ReadWriteLock(name).WriteLock() },
-	}
-	for kind, locks := range cases {
+	for kind, newLock := range lockers(c, "RLock", "FairLock", "WriteLock") {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			ctx := ctxTimeout(t, 20*time.Second)
-			l := locks("owner-waiters-" + kind)
-			other := relock.WithOwner(ctx, "other")
-			if err := l.Lock(other); err != nil {
-				t.Fatal(err)
-			}
+			l, other, ctx := heldByOther(t, newLock, "owner-waiters-"+kind)
 			mine := relock.WithOwner(ctx, "mine")
 			got := make(chan error, 2)
 			go func() { got <- l.Lock(mine) }()
