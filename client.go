@@ -168,7 +168,7 @@ func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, er
 	if err := ctx.Err(); err != nil {
 		return nil, &opError{op: "new", err: errorf("%w: %w", ErrUnavailable, err)}
 	}
-	id := uuid.NewString()
+	id := newClientID()
 	if ro.ClientName == "" {
 		ro.ClientName = ClientNamePrefix + id
 	}
@@ -208,7 +208,16 @@ func Wrap(rdb rueidis.Client, opts *Options) (*Client, error) {
 	if opts != nil {
 		o = *opts
 	}
-	return newClient(rdb, true, uuid.NewString(), o)
+	return newClient(rdb, true, newClientID(), o)
+}
+
+// newClientID returns a new Client's ID: a random UUID whose version is 8 (RFC 9562's custom version)
+// where Redisson's and earlier relock versions' are random version 4 UUIDs. A waiter tells by it that a
+// lock's holder is a relock Client whose release wakes a waiter by name (see lua/lib/waiters.lua).
+func newClientID() string {
+	u := uuid.New()
+	u[6] = u[6]&0x0f | 0x80
+	return u.String()
 }
 
 func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client, error) {
@@ -257,7 +266,7 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 		return nil, &opError{op: "new", err: err}
 	}
 	c.tel.log = o.Logger
-	c.hub = newHub(redisSubscriber{rdb}, life, c.cluster, c.shardedPubSub)
+	c.hub = newHub(redisSubscriber{rdb}, c.id, life, c.cluster, c.shardedPubSub)
 	return c, nil
 }
 
@@ -266,7 +275,8 @@ func (c *Client) attemptID() string {
 	return strconv.FormatUint(c.attempts.Add(1), 36)
 }
 
-// ID returns the Client's UUID, the first part of every owner field it writes.
+// ID returns the Client's UUID, the first part of every owner field it writes: a random UUID of version 8
+// (Redisson's are of version 4).
 func (c *Client) ID() string {
 	if c == nil {
 		return ""

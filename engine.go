@@ -84,7 +84,8 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 		ttlArg = fmtMillis(ttl)
 	}
 	q := l.spec.queue()
-	call := acquireCall{ttl: ttlArg, owner: owner, field: l.spec.field(owner), join: q != nil && wait != 0}
+	join := q != nil && wait != 0 // the owner joins the queue while it waits
+	call := acquireCall{ttl: ttlArg, owner: owner, field: l.spec.field(owner), join: join && !q.lazy}
 	if q != nil && q.publishes {
 		if call.publish, err = l.c.publishCommand(ctx, l.channel); err != nil {
 			return false, l.fail(ctx, op, err)
@@ -93,14 +94,23 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	k := holdKey{key: l.name, field: call.field}
 	parent := ctx
 	lateJoin := false // an attempt that joins the queue may have run unseen: it may yet add an entry
+	tried := false
 	if call.join {
 		q.joined(k)
 	}
 	ao := acquireOp{kind: l.kind, name: l.name, channel: l.spec.waitChannel(call.field), wait: wait, owner: owner}
-	ok, err := l.c.acquire(ctx, ao, func(ctx context.Context) (bool, time.Duration, error) {
-		ok, wait, err := l.attempt(ctx, parent, k, lease, ttl, call)
+	if join {
+		ao.named = q.wakes
+	}
+	ok, err := l.c.acquire(ctx, ao, func(ctx context.Context) (bool, time.Duration, bool, error) {
+		if join && !call.join && tried { // a lazy queue's owner joins as it begins to wait
+			q.joined(k)
+			call.join = true
+		}
+		tried = true
+		ok, wait, named, err := l.attempt(ctx, parent, k, lease, ttl, call)
 		lateJoin = lateJoin || call.join && mayHaveRun(err)
-		return ok, wait, err
+		return ok, wait, named, err
 	})
 	if call.join {
 		q.done(k, ok, lateJoin)
@@ -112,21 +122,21 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 }
 
 // attempt runs the acquire script once.
-func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, call acquireCall) (bool, time.Duration, error) {
+func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, call acquireCall) (acquired bool, wait time.Duration, names bool, err error) {
 	q := l.spec.queue()
 	for {
 		if _, err := l.c.holds.prepare(ctx, k); err != nil {
-			return false, 0, err
+			return false, 0, false, err
 		}
-		if q != nil {
+		if q != nil && (call.join || !q.lazy) { // a lazy queue's owner is not in it before it waits
 			if err := q.prepare(ctx, k); err != nil {
-				return false, 0, err
+				return false, 0, false, err
 			}
 		}
 		// The attempt's turn among the owner's attempts on the lock; an undo begun while it waited (by
 		// the attempt before it) is waited for first, without holding up the turn.
 		if err := l.c.holds.beginAttempt(ctx, k); err != nil {
-			return false, 0, err
+			return false, 0, false, err
 		}
 		if !l.c.holds.settling(k) {
 			break
@@ -138,7 +148,6 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	sc := l.spec.acquire(call)
 	sentAt := time.Now()
 	var reply [3]int64
-	var err error
 	acked := int64(-1)
 	var refused error // WAIT's error reply
 	if l.ack.replicas > 0 {
@@ -154,14 +163,14 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 		if mayHaveRun(err) { // an attempt that never reached Redis (unsent) leaves nothing to undo
 			l.undoAcquire(k, ttl, call.attempt)
 		}
-		return false, 0, err
+		return false, 0, false, err
 	}
 	if reply[0] == 1 && acked >= 0 && acked < l.ack.replicas {
 		err := l.rollBack(ctx, k, reply[1], call.attempt)
 		if refused != nil { // say why nothing was acknowledged
 			err = fmt.Errorf("%w: WAIT refused: %w", err, refused)
 		}
-		return false, 0, err
+		return false, 0, false, err
 	}
 	switch reply[0] {
 	case 1:
@@ -170,13 +179,13 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 			renew: l.spec.renewal(k.field), token: uint64(reply[2]), parent: parent,
 			traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,
 		}) {
-			return false, 0, ErrClosed // Close began meanwhile: the hold is being given up
+			return false, 0, false, ErrClosed // Close began meanwhile: the hold is being given up
 		}
-		return true, 0, nil
+		return true, 0, false, nil
 	case -1:
-		return false, 0, ErrUpgrade
+		return false, 0, false, ErrUpgrade
 	}
-	wait := time.Duration(-1)
+	wait = -1
 	if reply[1] >= 0 {
 		wait = durationMillis(reply[1])
 	}
@@ -186,7 +195,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 			wait = m
 		}
 	}
-	return false, wait, nil
+	return false, wait, reply[2] == 1, nil
 }
 
 // rollBack releases the hold level an acquisition just took (count is the hold count it reached) because

@@ -80,6 +80,42 @@ func numsub(t testing.TB, rdb rueidis.Client, channel string) int64 {
 	return n
 }
 
+// listening reports whether a Client listens for the releases of the lock whose channel is channel
+// (Redisson's, "redisson_lock__channel:<base>"): on it, or, for a Lock, on its wake channel for the lock,
+// "relock_lock_wake:<base>:<clientUUID>" (a waiter of a Lock held by a relock Client listens there alone:
+// see docs/redisson.md).
+func listening(t testing.TB, rdb rueidis.Client, channel string) bool {
+	t.Helper()
+	if numsub(t, rdb, channel) > 0 {
+		return true
+	}
+	base, ok := strings.CutPrefix(channel, "redisson_lock__channel:")
+	if !ok {
+		return false
+	}
+	wakes, err := do(t, rdb, "PUBSUB", "CHANNELS", "relock_lock_wake:"+base+":*").AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range wakes {
+		if numsub(t, rdb, ch) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitWaitingOwners waits until n relock owners wait for the Lock name (a name without braces), as Redis
+// knows them: each has made an attempt since it listens for the lock's releases, and sleeps, or is about
+// to.
+func awaitWaitingOwners(t testing.TB, rdb rueidis.Client, name string, n int64) {
+	t.Helper()
+	eventually(t, 5*time.Second, fmt.Sprintf("%d owners wait for %s", n, name), func() bool {
+		got, _ := do(t, rdb, "ZCARD", "relock_lock_waiters:{"+name+"}").AsInt64()
+		return got == n
+	})
+}
+
 // commandCalls returns how many times each command ran since the last CONFIG RESETSTAT, from INFO
 // commandstats ("evalsha" -> calls).
 func commandCalls(t testing.TB, rdb rueidis.Client) map[string]int {
@@ -106,7 +142,7 @@ func startWaiter(t testing.TB, l *relock.RLock, ctx context.Context, rdb rueidis
 	t.Helper()
 	got := make(chan error, 1)
 	go func() { got <- l.Lock(ctx) }()
-	eventually(t, 5*time.Second, "the waiter subscribes to "+channel, func() bool { return numsub(t, rdb, channel) == 1 })
+	eventually(t, 5*time.Second, "the waiter subscribes to "+channel, func() bool { return listening(t, rdb, channel) })
 	return got
 }
 

@@ -96,7 +96,7 @@ func newFakeClient(t testing.TB, f *fakeRunner, timeout time.Duration) *Client {
 	c := &Client{id: "client", watchdogTimeout: timeout, watchdogTimeoutArg: fmtMillis(timeout), life: life, end: end,
 		closing: closing, beginClose: beginClose, scripts: f}
 	c.pubsub.Store(pubPlain)
-	c.hub = newHub(nil, life, false, nil)
+	c.hub = newHub(nil, c.id, life, false, nil)
 	c.holds = newHoldTable(c, timeout)
 	var err error
 	if c.tel, err = newTelemetry(tracenoop.NewTracerProvider(), noop.NewMeterProvider(), c.holds.heldByKind); err != nil {

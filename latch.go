@@ -113,9 +113,9 @@ func (l *CountDownLatch) await(ctx context.Context, op string, wait time.Duratio
 		return false, wrapErrCtx(ctx, op, l.Name(), err)
 	}
 	open, err := l.c.acquire(ctx, acquireOp{kind: kindLatch, name: l.name, channel: l.channel, wakes: latchWakes, wait: wait},
-		func(ctx context.Context) (bool, time.Duration, error) {
+		func(ctx context.Context) (bool, time.Duration, bool, error) {
 			n, err := l.value(ctx)
-			return err == nil && n <= 0, -1, err
+			return err == nil && n <= 0, -1, false, err
 		})
 	return open, wrapErrCtx(ctx, op, l.Name(), err)
 }

@@ -170,7 +170,7 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 	var permit *Permit
 	parent := ctx
 	_, err = s.c.acquire(ctx, acquireOp{kind: kindSemaphore, name: s.name, channel: s.channel, wakes: semaphoreWakes, wait: wait},
-		func(ctx context.Context) (bool, time.Duration, error) {
+		func(ctx context.Context) (bool, time.Duration, bool, error) {
 			var raw [16]byte
 			_, _ = rand.Read(raw[:])
 			id := string(raw[:])
@@ -180,19 +180,19 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 				if mayHaveRun(err) {
 					s.giveBack(id) // it may have been taken: give it back, or it comes back at its expiry
 				}
-				return false, 0, err
+				return false, 0, false, err
 			}
 			if reply[0] != 1 {
-				return false, durationMillis(reply[1]), nil // -1: wait for a release
+				return false, durationMillis(reply[1]), false, nil // -1: wait for a release
 			}
 			if !s.c.holds.acquired(holdKey{key: s.timeouts, field: id}, acquisition{kind: kindSemaphore, name: s.name, count: 1,
 				lease: lease, sentAt: sentAt, parent: parent, group: holdKey{key: s.timeouts, field: owner},
 				traced: trace.SpanFromContext(ctx).IsRecording(), giver: s,
 				renew: renewal{script: scriptPermitRenew, keys: s.permitKeys[1:2], field: id}}) {
-				return false, 0, ErrClosed // Close began meanwhile: the permit is being given back
+				return false, 0, false, ErrClosed // Close began meanwhile: the permit is being given back
 			}
 			permit = &Permit{s: s, id: id}
-			return true, 0, nil
+			return true, 0, false, nil
 		})
 	if err != nil {
 		return nil, wrapErrCtx(ctx, op, s.Name(), err)

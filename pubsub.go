@@ -15,6 +15,7 @@ import (
 // channel's messages wake its waiters is in pubsub_waiters.go.
 type hub struct {
 	redis   subscriber      // Redis, as the hub sees it (pubsub_redis.go)
+	id      string          // the Client's UUID, which names its wake channels (see waiter.named)
 	life    context.Context // ends at Client.Close
 	cluster bool            // Redis Cluster: one receiver per channel (loopCluster)
 	// sharded reports whether releases on a cluster are announced with sharded pub/sub (Client.shardedPubSub).
@@ -35,11 +36,25 @@ type hub struct {
 }
 
 // subscription is one channel the hub's waiters wait on: its local waiters, oldest first, and the state
-// of its subscription in Redis.
+// of its subscription in Redis. A Client's wake channel for a lock (see waiter.named) has no waiters of
+// its own: it routes each name it hears to the lock channel's waiters, and lives while any of them
+// listens (listeners).
 type subscription struct {
-	channel    string
-	wakes      wakePolicy // how many waiters a message wakes (the first joiner's: one kind per channel)
-	waiters    []*waiter
+	channel string
+	wakes   wakePolicy // how many waiters a message wakes (the first joiner's: one kind per channel)
+	waiters []*waiter
+	// named says the channel's waiters may be woken by name (a reentrant lock's): its releases may
+	// publish namedMessage, after which the unlock message is not for relock's waiters (skip counts those
+	// to ignore). See lua/lib/waiters.lua.
+	named bool
+	skip  int
+	// hearers counts the waiters that need the channel subscribed in Redis: every waiter but a named one
+	// whose lock's holder wakes it by name (see waiter.hears).
+	hearers int
+	// A wake channel's: the lock channel whose waiters it wakes, and how many of them listen.
+	routes    string
+	listeners int
+
 	subscribed bool        // confirmed by Redis on the current connection
 	pending    *subAttempt // the subscription new waiters wait for; nil when subscribed
 	resync     bool        // the connection was lost: wake every waiter once subscribed again
@@ -63,9 +78,10 @@ const (
 	subscribeTimeout = 5 * time.Second
 )
 
-func newHub(redis subscriber, life context.Context, cluster bool, sharded func(context.Context, string) (bool, error)) *hub {
+func newHub(redis subscriber, id string, life context.Context, cluster bool, sharded func(context.Context, string) (bool, error)) *hub {
 	return &hub{
 		redis:   redis,
+		id:      id,
 		life:    life,
 		cluster: cluster,
 		sharded: sharded,
@@ -80,9 +96,11 @@ func newHub(redis subscriber, life context.Context, cluster bool, sharded func(c
 // join registers the calling goroutine as a waiter on channel, whose messages wake waiters as wakes says
 // (nil: lockWakes), and returns once Redis has confirmed the subscription, so a release published after
 // join returns is never missed. weight is what the waiter wants (a semaphore's permits; 0 stands for 1);
-// owner, if not "", the owner whose acquisitions let the waiter in too (see acquiredBy). The caller must
-// leave.
-func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight int, owner string) (*waiter, error) {
+// owner, if not "", the owner whose acquisitions let the waiter in too (see acquiredBy). named, if not "",
+// is the prefix of the Client's wake channel for the lock, "<named>:<clientUUID>", on which a release may
+// name owner (see lua/lib/waiters.lua): it is subscribed too, before join returns; and channel only if hears
+// (see waiter.hears; a waiter with named "" always hears channel). The caller must leave.
+func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight int, owner, named string, hears bool) (*waiter, error) {
 	if wakes == nil {
 		wakes = lockWakes
 	}
@@ -106,33 +124,84 @@ func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight
 	if owner != "" {
 		h.ownerWaiters.Add(1)
 	}
-	var att *subAttempt
-	if !s.subscribed {
-		if s.pending == nil {
-			s.pending = &subAttempt{done: make(chan struct{})}
-			h.markDirtyLocked(s)
+	var atts [2]*subAttempt
+	if named == "" || hears {
+		w.hears = true
+		s.hearers++
+		atts[0] = h.pendingLocked(s)
+	}
+	if named != "" {
+		s.named = true
+		ch := named + ":" + h.id
+		ns := h.subs[ch]
+		if ns == nil {
+			ns = &subscription{channel: ch, wakes: lockWakes, routes: channel}
+			h.subs[ch] = ns
 		}
-		att = s.pending
+		ns.listeners++
+		w.named = ns
+		atts[1] = h.pendingLocked(ns)
 	}
 	h.mu.Unlock()
+	for _, att := range atts {
+		if err := h.await(ctx, att); err != nil {
+			h.leave(w)
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// hear makes a named waiter hear its channel too (see waiter.hears), and returns once Redis has confirmed
+// the subscription. On an error, w is still a waiter: the caller must leave.
+func (h *hub) hear(ctx context.Context, w *waiter) error {
+	h.mu.Lock()
+	if w.hears {
+		h.mu.Unlock()
+		return nil
+	}
+	w.hears = true
+	w.sub.hearers++
+	att := h.pendingLocked(w.sub)
+	h.mu.Unlock()
+	return h.await(ctx, att)
+}
+
+// await waits for a subscription attempt (nil: none) to end, and returns its error, ctx's, or ErrClosed.
+func (h *hub) await(ctx context.Context, att *subAttempt) error {
 	if att == nil {
-		return w, nil
+		return nil
 	}
 	select {
 	case <-att.done:
-		if att.err == nil {
-			return w, nil
-		}
-		h.leave(w)
-		return nil, att.err
+		return att.err
 	case <-ctx.Done():
-		h.leave(w)
-		return nil, ctx.Err()
+		return ctx.Err()
 	case <-h.done:
-		h.leave(w)
-		return nil, ErrClosed
+		return ErrClosed
 	}
 }
+
+// pendingLocked returns the subscription attempt that a joiner of s must wait for, nil when s is
+// subscribed. (An attempt may be pending with nobody needing it, its hearers gone: marking s dirty makes
+// the loop send it now that somebody does.)
+func (h *hub) pendingLocked(s *subscription) *subAttempt {
+	if s.subscribed {
+		return nil
+	}
+	if s.pending == nil {
+		s.pending = &subAttempt{done: make(chan struct{})}
+	}
+	h.markDirtyLocked(s)
+	return s.pending
+}
+
+// idle reports whether nobody waits on s: it may be forgotten once it is not subscribed.
+func (s *subscription) idle() bool { return len(s.waiters) == 0 && s.listeners == 0 }
+
+// needed reports whether s must be subscribed in Redis: some of its waiters hear it, or it is a wake
+// channel with listeners.
+func (s *subscription) needed() bool { return s.hearers > 0 || s.listeners > 0 }
 
 // leave removes w. Every notification w got and did not use (see waiter) goes to another waiter, one
 // each, whether or not w acquired: a notification still pending arrived after w's last attempt began, for
@@ -151,6 +220,9 @@ func (h *hub) leave(w *waiter) {
 			if w.owner != "" {
 				h.ownerWaiters.Add(-1)
 			}
+			if w.hears {
+				s.hearers--
+			}
 			break
 		}
 	}
@@ -158,8 +230,14 @@ func (h *hub) leave(w *waiter) {
 		w.taken = 0
 		wakeLocked(s, unused, 0)
 	}
-	if len(s.waiters) == 0 {
+	if !s.needed() {
 		h.markDirtyLocked(s)
+	}
+	if ns := w.named; ns != nil {
+		w.named = nil
+		if ns.listeners--; !ns.needed() {
+			h.markDirtyLocked(ns)
+		}
 	}
 }
 
@@ -266,6 +344,7 @@ func (h *hub) connectionLost() {
 			s.subscribed = false
 			s.resync = true
 		}
+		s.skip = 0
 		wakeAllLocked(s)
 		h.markDirtyLocked(s)
 	}
@@ -279,16 +358,16 @@ func (h *hub) reconcile(conn subConn) error {
 	for ch, s := range h.dirty {
 		delete(h.dirty, ch)
 		switch {
-		case len(s.waiters) > 0 && !s.subscribed:
+		case s.needed() && !s.subscribed:
 			if s.pending == nil {
 				s.pending = &subAttempt{done: make(chan struct{})}
 			}
 			subs = append(subs, ch)
-		case len(s.waiters) == 0 && s.subscribed:
+		case !s.needed() && s.subscribed:
 			// From here on new waiters must wait for a fresh SUBSCRIBE, sent after this UNSUBSCRIBE.
 			s.subscribed = false
 			unsubs = append(unsubs, ch)
-		case len(s.waiters) == 0:
+		case s.idle():
 			h.dropLocked(s)
 		}
 	}
@@ -326,7 +405,7 @@ func (h *hub) reconcile(conn subConn) error {
 			continue
 		}
 		h.confirmLocked(s)
-		if len(s.waiters) == 0 {
+		if !s.needed() {
 			h.markDirtyLocked(s)
 		}
 	}
@@ -346,7 +425,9 @@ func (h *hub) dropLocked(s *subscription) {
 }
 
 // confirmLocked records that Redis confirmed the subscription s: its joiners go on, and, if it had been
-// lost, every waiter retries (a release may have gone unheard meanwhile).
+// lost, every waiter retries (a release may have gone unheard meanwhile; and a wake channel's lock's
+// waiters, since a release that found it unsubscribed dropped their owners from the waiting ones, see
+// lua/lib/waiters.lua: their next attempts put them back).
 func (h *hub) confirmLocked(s *subscription) {
 	s.subscribed = true
 	if s.pending != nil {
@@ -355,7 +436,7 @@ func (h *hub) confirmLocked(s *subscription) {
 	}
 	if s.resync {
 		s.resync = false
-		wakeAllLocked(s)
+		h.wakeAllRoutedLocked(s)
 	}
 }
 
@@ -365,6 +446,16 @@ func (h *hub) failLocked(s *subscription, err error) {
 		s.pending.err = err
 		close(s.pending.done)
 		s.pending = nil
+	}
+	h.wakeAllRoutedLocked(s)
+}
+
+// wakeAllRoutedLocked wakes every waiter of s, or, for a wake channel, of the lock channel it routes to.
+func (h *hub) wakeAllRoutedLocked(s *subscription) {
+	if s.routes != "" {
+		if s = h.subs[s.routes]; s == nil {
+			return
+		}
 	}
 	wakeAllLocked(s)
 }

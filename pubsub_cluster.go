@@ -25,7 +25,7 @@ func (h *hub) loopCluster() {
 		for ch, s := range h.dirty {
 			delete(h.dirty, ch)
 			switch {
-			case len(s.waiters) > 0 && s.stop == nil:
+			case s.needed() && s.stop == nil:
 				if !s.subscribed && s.pending == nil {
 					s.pending = &subAttempt{done: make(chan struct{})}
 				}
@@ -37,10 +37,10 @@ func (h *hub) loopCluster() {
 					defer receivers.Done()
 					h.receive(ctx, s, gen)
 				}(s.gen)
-			case len(s.waiters) == 0 && s.stop != nil:
+			case !s.needed() && s.stop != nil:
 				s.stop() // the receiver unsubscribes, then removes the subscription
 				s.stop = nil
-			case len(s.waiters) == 0 && !s.receiving:
+			case s.idle() && !s.receiving:
 				h.dropLocked(s)
 			}
 		}
@@ -58,10 +58,11 @@ func (h *hub) receive(ctx context.Context, s *subscription, gen int) {
 			if s.subscribed {
 				s.subscribed, s.resync = false, true
 			}
+			s.skip = 0
 			if err != nil && ctx.Err() == nil {
 				h.failLocked(s, err)
 			} else {
-				wakeAllLocked(s)
+				h.wakeAllRoutedLocked(s)
 			}
 		}
 		h.mu.Unlock()

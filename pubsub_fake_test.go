@@ -42,7 +42,7 @@ func testHub(t *testing.T, cluster, sharded bool) (h *hub, r *fakeRedis, stop fu
 	r = newFakeRedis()
 	r.sharded = sharded
 	life, end := context.WithCancel(context.Background())
-	h = newHub(r, life, cluster, func(context.Context, string) (bool, error) { return r.sharded, nil })
+	h = newHub(r, "hub", life, cluster, func(context.Context, string) (bool, error) { return r.sharded, nil })
 	stop = func() {
 		end()
 		h.close()
@@ -350,7 +350,7 @@ type joined struct {
 func joinAsync(ctx context.Context, h *hub, channel string) <-chan joined {
 	res := make(chan joined, 1)
 	go func() {
-		w, err := h.join(ctx, channel, nil, 1, "")
+		w, err := h.join(ctx, channel, nil, 1, "", "", true)
 		res <- joined{w, err}
 	}()
 	return res
@@ -358,7 +358,7 @@ func joinAsync(ctx context.Context, h *hub, channel string) <-chan joined {
 
 func mustJoin(t *testing.T, h *hub, channel string) *waiter {
 	t.Helper()
-	w, err := h.join(context.Background(), channel, nil, 1, "")
+	w, err := h.join(context.Background(), channel, nil, 1, "", "", true)
 	if err != nil {
 		t.Fatalf("join %q: %v", channel, err)
 	}

@@ -194,7 +194,7 @@ func TestHubSubscribeTimeoutFailsJoin(t *testing.T) {
 		h, r, _ := testHub(t, false, false)
 		r.hold()
 		start := time.Now()
-		_, err := h.join(context.Background(), "a", nil, 1, "")
+		_, err := h.join(context.Background(), "a", nil, 1, "", "", true)
 		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != subscribeTimeout {
 			t.Fatalf("join with an unanswered SUBSCRIBE: %v after %v, want a deadline error after %v", err, time.Since(start), subscribeTimeout)
 		}
@@ -312,7 +312,7 @@ func TestHubFailedHeavyAttemptWakesLighterWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, r, _ := testHub(t, false, false)
 		join := func(weight int) *waiter {
-			w, err := h.join(context.Background(), "s", semaphoreWakes, weight, "")
+			w, err := h.join(context.Background(), "s", semaphoreWakes, weight, "", "", true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -353,7 +353,7 @@ func TestHubSubscribeErrorFailsJoin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, r, _ := testHub(t, false, false)
 		r.fail(errConnReset)
-		if _, err := h.join(context.Background(), "a", nil, 1, ""); !errors.Is(err, errConnReset) {
+		if _, err := h.join(context.Background(), "a", nil, 1, "", "", true); !errors.Is(err, errConnReset) {
 			t.Fatalf("join with a failing SUBSCRIBE: %v, want %v", err, errConnReset)
 		}
 		start := time.Now()
@@ -465,7 +465,7 @@ func TestHubCloseEndsJoins(t *testing.T) {
 		if j := <-res; !errors.Is(j.err, ErrClosed) && !errors.Is(j.err, context.Canceled) {
 			t.Fatalf("join during Close: %v", j.err)
 		}
-		if _, err := h.join(context.Background(), "a", nil, 1, ""); !errors.Is(err, ErrClosed) {
+		if _, err := h.join(context.Background(), "a", nil, 1, "", "", true); !errors.Is(err, ErrClosed) {
 			t.Fatalf("join after Close: %v, want ErrClosed", err)
 		}
 	})

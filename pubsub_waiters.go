@@ -17,6 +17,12 @@ type waiter struct {
 	// the others): see acquiredBy.
 	owner string
 	wake  chan struct{}
+	// named is the Client's wake channel for the lock, on which a release may name owner (see
+	// hub.join), or nil. hears says the waiter needs its channel (sub) subscribed in Redis: a named waiter
+	// does not while its lock's holder wakes it by name (a relock Client's release names a waiter; a
+	// Redisson client's publishes the unlock message alone).
+	named *subscription
+	hears bool
 	// taken counts the notifications the waiting goroutine took from wake that no answered attempt has
 	// looked at yet (see attempting, answered). Only the waiting goroutine uses it, leave included.
 	taken int
@@ -24,10 +30,13 @@ type waiter struct {
 
 // unlockMessage is what a release publishes (Redisson's LockPubSub.UNLOCK_MESSAGE): it wakes one local
 // waiter. readUnlockMessage (READ_UNLOCK_MESSAGE) wakes every local waiter of the channel, as when a
-// writer leaves and all readers may enter.
+// writer leaves and all readers may enter. namedMessage, relock's, comes before the unlock message of a
+// release that woke a relock waiter by name (lua/lib/waiters.lua): that unlock message is for Redisson's
+// waiters only. Redisson's clients ignore it (a number that is neither of theirs).
 const (
 	unlockMessage     = "0"
 	readUnlockMessage = "1"
+	namedMessage      = "-1"
 )
 
 // wakePolicy says how many of a Client's waiters on a channel a message wakes: n > 0 up to n, n < 0 all
@@ -47,13 +56,40 @@ func lockWakes(message string) int {
 func (h *hub) onMessage(channel, message string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s := h.subs[channel]; s != nil {
+	s := h.subs[channel]
+	switch {
+	case s == nil:
+	case s.routes != "": // a wake channel: the message names the owner to wake
+		if t := h.subs[s.routes]; t != nil {
+			wakeOwnerLocked(t, message)
+		}
+	case s.named && message == namedMessage:
+		s.skip++
+	case s.named && message == unlockMessage && s.skip > 0:
+		s.skip-- // a relock release that named the waiter it woke
+	default:
 		if n := s.wakes(message); n < 0 {
 			wakeAllLocked(s)
 		} else {
 			wakeLocked(s, n, 0)
 		}
 	}
+}
+
+// wakeOwnerLocked wakes the oldest waiter of owner, or, when it has none left (it gave up meanwhile, and
+// its leave has not reached Redis yet), the oldest other waiter: a wake is never dropped while somebody
+// waits. A waiter with a notification pending tries anyway.
+func wakeOwnerLocked(s *subscription, owner string) {
+	for _, w := range s.waiters {
+		if w.owner == owner {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+	wakeLocked(s, 1, 0)
 }
 
 // wakeLocked wakes the n oldest waiters that have no notification pending (and, if lighter > 0, want

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -126,5 +128,61 @@ func TestUndoOvertakingItsAttempt(t *testing.T) {
 				t.Fatalf("the owner's field after its last Unlock: %v, %v", n, err)
 			}
 		})
+	}
+}
+
+// An owner that gives up after a release named it, leaving its wake unused while the lock is still free,
+// announces the release again as it leaves, so that the next waiter does not sleep until the holder's TTL
+// (lua/rlock_leave.lua).
+func TestLeaveAfterAnUnusedNamedWakeWakesTheNext(t *testing.T) {
+	srv := redistest.Start(t)
+	var cs [2]*Client
+	for i := range cs {
+		c, err := New([]string{srv.Addr()}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs[i] = c
+	}
+	holder, waiting := cs[0], cs[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	do := func(args ...string) rueidis.RedisResult {
+		return holder.rdb.Do(ctx, holder.rdb.B().Arbitrary(args[0]).Args(args[1:]...).Build())
+	}
+	if err := holder.Lock("handed").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- waiting.Lock("handed").Lock(ctx) }()
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if n, _ := do("ZCARD", "relock_lock_waiters:{handed}").AsInt64(); n == 1 {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the waiter is not known to Redis")
+		}
+	}
+	// What a release that named an owner who then gave up leaves: the lock free, nobody else woken.
+	if err := do("DEL", "handed").Error(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter acquired (%v) before anybody woke it", err)
+	case <-time.After(200 * time.Millisecond): // it sleeps until the holder's TTL
+	}
+	q := holder.Lock("handed").spec.queue()
+	if n, err := q.leaveOnce(ctx, holdKey{key: q.entries, field: holder.id + ":gave-up"}); n != 0 || err != nil {
+		t.Fatalf("leave = %d, %v; want 0 (not waiting)", n, err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiter was not woken by the leave of an owner whose named wake went unused")
 	}
 }

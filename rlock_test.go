@@ -219,7 +219,7 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 	}()
 	rdb := rawClient(t, srv)
 	eventually(t, 5*time.Second, "the waiter subscribes", func() bool {
-		return numsub(t, rdb, "redisson_lock__channel:{wake}") == 1
+		return listening(t, rdb, "redisson_lock__channel:{wake}")
 	})
 	released := time.Now()
 	if err := a.Lock("wake").Unlock(ctx); err != nil {
@@ -295,7 +295,7 @@ func TestCancelledWaiterLeavesNothingBehind(t *testing.T) {
 		t.Fatalf("warm-up TryLock = %v, %v", ok, err)
 	}
 	const channel = "redisson_lock__channel:{cancel}"
-	eventually(t, 5*time.Second, "the warm-up subscription ends", func() bool { return numsub(t, rdb, channel) == 0 })
+	eventually(t, 5*time.Second, "the warm-up subscription ends", func() bool { return !listening(t, rdb, channel) })
 	// The waiter's goroutines must all end. Connections the Client's rueidis client opens meanwhile (it
 	// adds pipelines under load) belong to the Client and end at its Close, which TestMain checks.
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
@@ -306,7 +306,7 @@ func TestCancelledWaiterLeavesNothingBehind(t *testing.T) {
 	waitCtx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- b.Lock("cancel").Lock(waitCtx) }()
-	eventually(t, 5*time.Second, "the waiter subscribes", func() bool { return numsub(t, rdb, channel) == 1 })
+	eventually(t, 5*time.Second, "the waiter subscribes", func() bool { return listening(t, rdb, channel) })
 	cancel()
 	select {
 	case err := <-errc:
@@ -316,7 +316,7 @@ func TestCancelledWaiterLeavesNothingBehind(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("a cancelled Lock did not return")
 	}
-	eventually(t, 5*time.Second, "PUBSUB NUMSUB returns to 0", func() bool { return numsub(t, rdb, channel) == 0 })
+	eventually(t, 5*time.Second, "PUBSUB NUMSUB returns to 0", func() bool { return !listening(t, rdb, channel) })
 	if n, err := a.Lock("cancel").HoldCount(ctx); n != 1 || err != nil {
 		t.Fatalf("holder's count = %d, %v", n, err)
 	}
@@ -583,57 +583,6 @@ func TestForceUnlockWakesWaiter(t *testing.T) {
 	}
 }
 
-func TestOneLocalWaiterWokenPerRelease(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	holder, waiters := newClient(t, srv, nil), newClient(t, srv, nil)
-	rdb := rawClient(t, srv)
-	ctx := ctxTimeout(t, 20*time.Second)
-	if err := holder.Lock("herd").Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	const n = 10
-	var acquired atomic.Int32
-	release := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l := waiters.Lock("herd")
-			if err := l.Lock(ctx); err != nil {
-				t.Error(err)
-				return
-			}
-			acquired.Add(1)
-			<-release
-			if err := l.Unlock(ctx); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	eventually(t, 5*time.Second, "the waiters subscribe", func() bool {
-		return numsub(t, rdb, "redisson_lock__channel:{herd}") == 1
-	})
-	time.Sleep(100 * time.Millisecond) // let every waiter make its attempts and sleep
-	do(t, rdb, "CONFIG", "RESETSTAT")
-	if err := holder.Lock("herd").Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 5*time.Second, "a waiter acquires", func() bool { return acquired.Load() == 1 })
-	time.Sleep(100 * time.Millisecond)
-	calls := commandCalls(t, rdb)
-	// The unlock, and one woken waiter's attempt: not one attempt per waiter.
-	if scripts := calls["evalsha"] + calls["eval"]; scripts > 3 {
-		t.Fatalf("%d script runs after one release with %d local waiters; want 2", scripts, n)
-	}
-	close(release)
-	wg.Wait()
-	if got := acquired.Load(); got != n {
-		t.Fatalf("%d of %d waiters acquired", got, n)
-	}
-}
-
 func TestCloseEndsWaits(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -658,7 +607,7 @@ func TestCloseEndsWaits(t *testing.T) {
 		t.Fatal("Close did not end a blocked Lock")
 	}
 	eventually(t, 5*time.Second, "the subscription ends with the Client", func() bool {
-		return numsub(t, rdb, "redisson_lock__channel:{closing}") == 0
+		return !listening(t, rdb, "redisson_lock__channel:{closing}")
 	})
 	if err := b.Close(); err != nil {
 		t.Fatalf("second Close = %v", err)
@@ -688,7 +637,7 @@ func TestWrapLeavesRueidisClientOpen(t *testing.T) {
 		t.Fatalf("the borrowed client no longer works after Close: %v", err)
 	}
 	eventually(t, 5*time.Second, "no subscription is left", func() bool {
-		return numsub(t, rdb, "redisson_lock__channel:{wrapped}") == 0
+		return !listening(t, rdb, "redisson_lock__channel:{wrapped}")
 	})
 }
 
@@ -706,7 +655,7 @@ func TestWaitersResubscribeAfterConnectionLoss(t *testing.T) {
 	if n, err := do(t, rdb, "CLIENT", "KILL", "TYPE", "pubsub").AsInt64(); n != 1 || err != nil {
 		t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v", n, err)
 	}
-	eventually(t, 5*time.Second, "the subscription is restored", func() bool { return numsub(t, rdb, channel) == 1 })
+	eventually(t, 5*time.Second, "the subscription is restored", func() bool { return listening(t, rdb, channel) })
 	released := time.Now()
 	if err := a.Lock("reconnect").Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -961,4 +910,269 @@ func TestWaitersOfAnOwnerThatGetsTheLockGoOnAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A release wakes one waiter, among one Client's waiters and across Clients: not one per waiter, nor one
+// per Client. Each relock waiter is known to Redis by its owner, and the release names one of them on its
+// Client's own channel (lua/lib/waiters.lua). Every waiter still gets the lock in turn, each woken by
+// name: a wake lost on the way would leave the chain asleep until the holder's TTL (30 s), past the
+// test's deadline.
+func TestOneWaiterWokenPerRelease(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name          string
+		clients, each int
+	}{{"one Client", 1, 10}, {"across Clients", 8, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			rdb := rawClient(t, srv)
+			holder := newClient(t, srv, nil)
+			ctx := ctxTimeout(t, 20*time.Second)
+			if err := holder.Lock("crowd").Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var acquired atomic.Int32
+			release := make(chan struct{})
+			var wg sync.WaitGroup
+			for range tc.clients {
+				c := newClient(t, srv, nil)
+				for range tc.each {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						l := c.Lock("crowd")
+						if err := l.Lock(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+						acquired.Add(1)
+						<-release
+						if err := l.Unlock(ctx); err != nil {
+							t.Error(err)
+						}
+					}()
+				}
+			}
+			n := tc.clients * tc.each
+			awaitWaitingOwners(t, rdb, "crowd", int64(n))
+			do(t, rdb, "CONFIG", "RESETSTAT")
+			if err := holder.Lock("crowd").Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 5*time.Second, "a waiter acquires", func() bool { return acquired.Load() == 1 })
+			time.Sleep(100 * time.Millisecond)
+			calls := commandCalls(t, rdb)
+			// The unlock, and the named waiter's attempt: not one attempt per waiter or per Client.
+			if scripts := calls["evalsha"] + calls["eval"]; scripts > 3 {
+				t.Fatalf("%d script runs after one release with %d waiters on %d Clients; want 2", scripts, n, tc.clients)
+			}
+			start := time.Now()
+			close(release)
+			wg.Wait()
+			if got := acquired.Load(); got != int32(n) {
+				t.Fatalf("%d of %d waiters acquired", got, n)
+			}
+			t.Logf("%d handoffs in %v", n-1, time.Since(start))
+			if left, _ := do(t, rdb, "KEYS", "*crowd*").AsStrSlice(); len(left) != 0 {
+				t.Fatalf("keys left after every waiter acquired and released: %v", left)
+			}
+		})
+	}
+}
+
+// Redisson's waiters and relock's share a lock's releases both ways: a relock release that wakes a relock
+// waiter by name still publishes Redisson's unlock message (after relock's named message, which
+// Redisson's clients ignore), and a Redisson release, which publishes only the unlock message, wakes
+// relock's waiters.
+func TestRedissonAndRelockWaitersWakeEachOther(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	holder, waiting := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	wctx := relock.WithOwner(ctx, "waiter") // locks on one goroutine, unlocks on another
+	const channel = "redisson_lock__channel:{mixed}"
+
+	// A Redisson client's subscription to the lock's channel, as RedissonLock makes one to wait.
+	sub, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	messages := make(chan string, 16)
+	subCtx, stopSub := context.WithCancel(ctx)
+	received := make(chan error, 1)
+	go func() {
+		received <- sub.Receive(subCtx, sub.B().Subscribe().Channel(channel).Build(), func(m rueidis.PubSubMessage) {
+			messages <- m.Message
+		})
+	}()
+	defer func() {
+		stopSub()
+		<-received
+	}()
+	eventually(t, 5*time.Second, "the Redisson subscriber listens", func() bool { return numsub(t, rdb, channel) == 1 })
+
+	if err := holder.Lock("mixed").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- waiting.Lock("mixed").Lock(wctx) }()
+	awaitWaitingOwners(t, rdb, "mixed", 1)
+	if err := holder.Lock("mixed").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, got, 2*time.Second, "the relock waiter was not woken by a relock release")
+	for _, want := range []string{"-1", "0"} { // the named message, then Redisson's unlock message
+		select {
+		case m := <-messages:
+			if m != want {
+				t.Fatalf("the Redisson subscriber heard %q, want %q (then the unlock message)", m, want)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("the Redisson subscriber did not hear %q", want)
+		}
+	}
+	if err := waiting.Lock("mixed").Unlock(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-messages; m != "0" { // nobody waits: the unlock message alone
+		t.Fatalf("the Redisson subscriber heard %q, want \"0\"", m)
+	}
+
+	// A Redisson client holds the lock (its hash, its owner field), and releases it as Redisson does:
+	// delete, then publish the unlock message alone.
+	do(t, rdb, "HSET", "mixed", "6f6e6c79-6a61-4761-8000-000000000000:7", "1")
+	do(t, rdb, "PEXPIRE", "mixed", "30000")
+	go func() { got <- waiting.Lock("mixed").Lock(wctx) }()
+	awaitWaitingOwners(t, rdb, "mixed", 1)
+	do(t, rdb, "DEL", "mixed")
+	do(t, rdb, "PUBLISH", channel, "0")
+	receive(t, got, 2*time.Second, "the relock waiter was not woken by a Redisson release")
+	if err := waiting.Lock("mixed").Unlock(wctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A release that would name a waiter of a Client that is gone (its process died: nothing left Redis, and
+// nobody listens on its channel) skips it, drops it, and names the next.
+func TestReleaseSkipsTheWaitersOfAGoneClient(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	holder, live := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := holder.Lock("gone").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The gone Client's waiter: known to Redis for the watchdog timeout, and older than the live one, so the
+	// release comes to it first.
+	do(t, rdb, "ZADD", "relock_lock_waiters:{gone}", strconv.FormatInt(time.Now().Add(20*time.Second).UnixMilli(), 10),
+		"00000000-dead-0000-0000-000000000000:1")
+	got := make(chan error, 1)
+	go func() { got <- live.Lock("gone").Lock(ctx) }()
+	awaitWaitingOwners(t, rdb, "gone", 2)
+	if err := holder.Lock("gone").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, got, 2*time.Second, "the live waiter was not woken: the release named the gone Client's")
+	if n, _ := do(t, rdb, "EXISTS", "relock_lock_waiters:{gone}").AsInt64(); n != 0 {
+		t.Fatal("the gone Client's waiter is still known to Redis")
+	}
+}
+
+// A Client that hears a release name an owner it no longer has waiting (it gave up, and its leave has not
+// reached Redis yet) wakes another of its waiters instead.
+func TestNamedWakeForAnOwnerGoneGoesToAnotherLocalWaiter(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	holder, c := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := holder.Lock("routed").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- c.Lock("routed").Lock(ctx) }()
+	awaitWaitingOwners(t, rdb, "routed", 1)
+	// Another owner of c's, first in line: c has no waiter of that owner.
+	do(t, rdb, "ZADD", "relock_lock_waiters:{routed}", strconv.FormatInt(time.Now().Add(5*time.Second).UnixMilli(), 10), c.ID()+":left")
+	if err := holder.Lock("routed").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, got, 2*time.Second, "the wake for an owner that left was lost")
+}
+
+// On a single server, a relock waiter listens on Redisson's channel only while the lock's holder is not a
+// relock Client: a relock Client's release wakes it by name on its wake channel, a Redisson client's
+// publishes the unlock message alone. A waiter that finds a Redisson holder after being woken listens on
+// Redisson's channel from then on, before it sleeps again.
+func TestWaiterHearsRedissonsChannelOnlyBehindARedissonHolder(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	holder, c := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	const channel = "redisson_lock__channel:{heard}"
+	wake := "relock_lock_wake:{heard}:" + c.ID()
+	if err := holder.Lock("heard").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx := relock.WithOwner(ctx, "w")
+	got := make(chan error, 1)
+	go func() { got <- c.Lock("heard").Lock(wctx) }()
+	awaitWaitingOwners(t, rdb, "heard", 1)
+	if n := numsub(t, rdb, wake); n != 1 {
+		t.Fatalf("%d subscribers of the wake channel %s, want 1", n, wake)
+	}
+	if n := numsub(t, rdb, channel); n != 0 {
+		t.Fatalf("%d subscribers of Redisson's channel behind a relock holder, want 0", n)
+	}
+
+	// A Redisson client takes the lock as the relock holder lets go, before the named waiter tries.
+	do(t, rdb, "DEL", "heard")
+	do(t, rdb, "HSET", "heard", "6f6e6c79-6a61-4761-8000-000000000000:7", "1")
+	do(t, rdb, "PEXPIRE", "heard", "30000")
+	do(t, rdb, "ZREM", "relock_lock_waiters:{heard}", c.ID()+":w")
+	do(t, rdb, "PUBLISH", wake, c.ID()+":w")
+	eventually(t, 5*time.Second, "the waiter listens on Redisson's channel", func() bool { return numsub(t, rdb, channel) == 1 })
+	awaitWaitingOwners(t, rdb, "heard", 1)
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter got in behind a Redisson holder: %v", err)
+	default:
+	}
+	do(t, rdb, "DEL", "heard")
+	do(t, rdb, "PUBLISH", channel, "0")
+	receive(t, got, 2*time.Second, "the waiter was not woken by the Redisson holder's release")
+	if err := c.Lock("heard").Unlock(wctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A waiter behind a long lease sleeps until the lease's end unless woken: its Client's watchdog keeps it
+// among the waiting owners meanwhile (every watchdog timeout/3), so that the holder's release, long after
+// the waiter's last attempt, still names it.
+func TestWaiterBehindALongLeaseStaysKnown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	opts := &relock.Options{WatchdogTimeout: 300 * time.Millisecond}
+	holder, c := newClient(t, srv, opts), newClient(t, srv, opts)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := holder.Lock("long").LockWithLease(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- c.Lock("long").Lock(ctx) }()
+	awaitWaitingOwners(t, rdb, "long", 1)
+	time.Sleep(time.Second) // three watchdog timeouts
+	if n, _ := do(t, rdb, "ZCARD", "relock_lock_waiters:{long}").AsInt64(); n != 1 {
+		t.Fatalf("the waiter is no longer known to Redis (%d waiting owners) after three watchdog timeouts", n)
+	}
+	if err := holder.Lock("long").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, got, 2*time.Second, "the waiter was not woken by the release")
 }

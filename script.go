@@ -50,6 +50,7 @@ var (
 	scriptForceRelease = loadScript("rlock_force_release")
 	scriptUndoAcquire  = loadScript("undo_acquire")
 	scriptRenew        = loadScript("rlock_renew")
+	scriptRLockLeave   = loadScript("rlock_leave")
 
 	scriptFairAcquire      = loadScript("fair_acquire")
 	scriptFairRelease      = loadScript("fair_release")

@@ -9,17 +9,22 @@ import (
 const transientGrace = 10 * time.Second
 
 // attempt tries to acquire a lock once. When it does not get the lock, holderTTL is how long the current
-// hold may still last (negative: no expiry known), so a waiter never sleeps past it.
-type attempt func(ctx context.Context) (acquired bool, holderTTL time.Duration, err error)
+// hold may still last (negative: no expiry known), so a waiter never sleeps past it, and named says the
+// holder's release wakes a waiter by name (see acquireOp.named).
+type attempt func(ctx context.Context) (acquired bool, holderTTL time.Duration, named bool, err error)
 
 // acquireOp is one acquisition by any lock type, for the shared wait loop.
 type acquireOp struct {
 	kind    lockKind
 	name    string
-	channel string        // where the lock's releases are announced
-	wakes   wakePolicy    // how the channel's messages wake waiters (nil: lockWakes)
-	weight  int           // what the waiter wants, for the hub (see waiter): a semaphore's permits; 0 is 1
-	wait    time.Duration // < 0: as long as ctx allows; 0: one attempt
+	channel string     // where the lock's releases are announced
+	wakes   wakePolicy // how the channel's messages wake waiters (nil: lockWakes)
+	// named, if not "", is the prefix of the channels on which a release may wake the waiting owner by
+	// name: the waiter listens on "<named>:<clientUUID>" (hub.join), and on channel only while the last
+	// attempt's holder may not wake it by name (on a single server; on a cluster, always).
+	named  string
+	weight int           // what the waiter wants, for the hub (see waiter): a semaphore's permits; 0 is 1
+	wait   time.Duration // < 0: as long as ctx allows; 0: one attempt
 	// owner is the acquiring owner, for the kinds whose hold lets the owner's other acquisitions in (a
 	// reentry, a Campaign of the leader); "" for the others. Once it acquires, the owner's other waiters
 	// on the channel are woken (hub.acquiredBy).
@@ -36,7 +41,7 @@ func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, 
 	start := time.Now()
 	ctx, span := c.tel.startSpan(ctx, "relock.acquire", op.kind, op.name)
 	attempts := 0
-	ok, err := c.acquireWaiting(ctx, op, func(ctx context.Context) (bool, time.Duration, error) {
+	ok, err := c.acquireWaiting(ctx, op, func(ctx context.Context) (bool, time.Duration, bool, error) {
 		attempts++
 		return try(ctx)
 	})
@@ -59,7 +64,7 @@ func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, 
 // A wait < 0 lasts as long as ctx allows; 0 makes one attempt. The hub is told which notifications an
 // answered attempt looked at: the others go to other waiters when this one leaves.
 func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) (bool, error) {
-	ok, _, err := try(ctx)
+	ok, _, named, err := try(ctx)
 	if ok || err != nil || op.wait == 0 {
 		return ok, err
 	}
@@ -67,7 +72,10 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 	if op.wait > 0 {
 		deadline = time.Now().Add(op.wait)
 	}
-	w, err := c.hub.join(ctx, op.channel, op.wakes, op.weight, op.owner)
+	// A named waiter hears the channel only while its lock's holder may not wake it by name: on a single
+	// server, where a release knows whether its Client heard the name (lua/lib/waiters.lua).
+	hears := func(named bool) bool { return op.named == "" || c.cluster || !named }
+	w, err := c.hub.join(ctx, op.channel, op.wakes, op.weight, op.owner, op.named, hears(named))
 	if err != nil {
 		return false, err
 	}
@@ -83,12 +91,20 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 	var retry backoff
 	for {
 		w.attempting()
-		ok, ttl, err := try(ctx)
+		ok, ttl, named, err := try(ctx)
 		if err == nil {
 			c.hub.answered(w, ok)
 		}
 		if ok {
 			return true, nil
+		}
+		if err == nil && !w.hears && hears(named) {
+			// The holder's release may not name this waiter (a Redisson client's): hear the channel, then
+			// try again, as after joining.
+			if err := c.hub.hear(ctx, w); err != nil {
+				return false, err
+			}
+			continue
 		}
 		if err != nil {
 			// A waiter rides out a short outage (a restart, a cluster failover) rather than give up its

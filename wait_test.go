@@ -30,13 +30,14 @@ func newScriptedLock(answer func(n int, at time.Duration) (bool, time.Duration, 
 	return &scriptedLock{start: time.Now(), answer: answer}
 }
 
-func (l *scriptedLock) try(ctx context.Context) (bool, time.Duration, error) {
+func (l *scriptedLock) try(ctx context.Context) (bool, time.Duration, bool, error) {
 	l.mu.Lock()
 	at := time.Since(l.start)
 	l.at = append(l.at, at)
 	n := len(l.at)
 	l.mu.Unlock()
-	return l.answer(n, at)
+	ok, ttl, err := l.answer(n, at)
+	return ok, ttl, false, err
 }
 
 func (l *scriptedLock) attempts() []time.Duration {

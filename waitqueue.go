@@ -24,6 +24,13 @@ type waitQueue struct {
 	// maxSleep, if positive, is the longest a queued owner sleeps between attempts, however long the
 	// acquire script says it may: its entry may vanish unseen (see FairLock), and an attempt puts it back.
 	maxSleep time.Duration
+	// lazy says an owner joins at its second attempt, the first one made while waiting: its first attempt,
+	// which usually acquires, leaves the queue alone (an RLock's waiting owners; a FairLock's waiter joins
+	// its queue at its first attempt, to keep its place).
+	lazy bool
+	// wakes, if not "", is the prefix of the channels on which a release wakes a waiting owner by name:
+	// each Client waiting listens on "<wakes>:<clientUUID>" (see lua/lib/waiters.lua).
+	wakes string
 }
 
 // entryKey names the owner's entry in the watchdog's table.

@@ -202,8 +202,8 @@ const rawField = "00000000-0000-0000-0000-000000000000:1"
 func (r *rawScripts) acquire1(ctx context.Context, key string) error {
 	// The lock, its undone attempts (none here), and the companions of other kinds it reads.
 	keys := []string{key, "relock_undone:{" + key + "}", "redisson_lock_queue:{" + key + "}",
-		"relock_rwlock_writers:{" + key + "}", "relock_election:{" + key + "}"}
-	got, err := r.acquire.Exec(ctx, r.rdb, keys, []string{"30000", rawField, "a1"}).AsIntSlice()
+		"relock_rwlock_writers:{" + key + "}", "relock_election:{" + key + "}", "relock_lock_waiters:{" + key + "}"}
+	got, err := r.acquire.Exec(ctx, r.rdb, keys, []string{"30000", rawField, "a1", "0", "30000"}).AsIntSlice()
 	if err != nil {
 		return err
 	}
@@ -214,8 +214,9 @@ func (r *rawScripts) acquire1(ctx context.Context, key string) error {
 }
 
 func (r *rawScripts) release1(ctx context.Context, key string) error {
-	keys := []string{key, "redisson_lock__channel:{" + key + "}", "relock_release:{" + key + "}", "relock_undone:{" + key + "}"}
-	return r.release.Exec(ctx, r.rdb, keys, []string{rawField, "0", "", "!r1", "publish"}).Error()
+	keys := []string{key, "redisson_lock__channel:{" + key + "}", "relock_release:{" + key + "}", "relock_undone:{" + key + "}",
+		"relock_lock_waiters:{" + key + "}", "relock_lock_wake:{" + key + "}"}
+	return r.release.Exec(ctx, r.rdb, keys, []string{rawField, "0", "", "!r1", "publish", "-1"}).Error()
 }
 
 // rawLocker runs the raw scripts as a locker, so that the floors are measured the way the libraries are

@@ -45,6 +45,7 @@
 --                                already, a ReadWriteLock's waiting writers or (for a FairLock) an
 --                                Election. Nothing changed.
 -- @include lib/clock.lua
+-- @include lib/alive.lua
 -- @include lib/queue.lua
 -- @include lib/hold.lua
 -- @include lib/undone.lua

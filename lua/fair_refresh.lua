@@ -15,6 +15,7 @@
 --
 -- Returns one integer per waiter, in order: 1 when it was refreshed, 0 when it is gone.
 -- @include lib/clock.lua
+-- @include lib/alive.lua
 -- @include lib/queue.lua
 
 local now = now_ms()

@@ -6,6 +6,8 @@
 --          that left its owner still holding the lock (one owner holds an RLock at a time). It lives no
 --          longer than the lock and is deleted with it.
 -- KEYS[4]  the undone attempts' marks, relock_undone:{<name>}, deleted with the lock (see lib/undone.lua)
+-- KEYS[5]  relock's waiting owners, relock_lock_waiters:{<name>} (see lib/waiters.lua)
+-- KEYS[6]  the prefix of relock's Clients' wake channels, relock_lock_wake:{<name>} (see lib/waiters.lua)
 -- ARGV[1]  the owner field
 -- ARGV[2]  the unlock message ("0", as Redisson's LockPubSub.UNLOCK_MESSAGE)
 -- ARGV[3]  '' or the hold count the owner must have for the release to happen. Used to undo an acquisition
@@ -15,11 +17,14 @@
 --          applied if the record names it. (If it released the last hold, the owner holds nothing and a
 --          repeat changes nothing either.) Only repeats read the record.
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
+-- ARGV[6]  the named message, published on KEYS[2] when a relock waiter was woken by name (lib/waiters.lua)
 --
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
 --         the owner's remaining hold count otherwise (for a repeated request, the current count, unchanged);
---         0 means the lock was deleted and ARGV[2] published;
+--         0 means the lock was deleted and its release announced (announce_release in lib/waiters.lua);
 --         an error RELOCK_... when the key is no reentrant lock's (see lib/kinds.lua): nothing changed.
+-- @include lib/clock.lua
+-- @include lib/waiters.lua
 -- @include lib/release.lua
 -- @include lib/kinds.lua
 
@@ -31,5 +36,5 @@ local left = release_hold(KEYS[1], KEYS[3], KEYS[4], ARGV[1], ARGV[3], ARGV[4])
 if left ~= 0 then
   return left
 end
-redis.call(ARGV[5], KEYS[2], ARGV[2])
+announce_release(KEYS[5], KEYS[6], KEYS[2], ARGV[5], ARGV[2], ARGV[6])
 return 0

@@ -54,15 +54,6 @@ local function wake_live_head(queue, timeouts, alive, channel, publish, message,
   end
 end
 
--- keep_alive makes the relock waiter owner alive for ttl ms from now, and the alive set live at least as
--- long.
-local function keep_alive(alive, owner, now, ttl)
-  redis.call('zadd', alive, now + ttl, owner)
-  if redis.call('pttl', alive) < ttl then
-    redis.call('pexpire', alive, ttl)
-  end
-end
-
 -- raise_score raises the Redisson score of the relock waiter owner, at index pos of the queue, to at
 -- least its alive time + wait * (pos + 1), and never lowers it. Scores only fall when a waiter ahead takes
 -- the lock or gives up (by wait each time, pos times at most before the owner reaches the head), so
