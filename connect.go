@@ -123,27 +123,54 @@ func watchConns(ro rueidis.ClientOption, guard *atomic.Pointer[callGuard]) func(
 		return dial
 	}
 	return func(ctx context.Context, dst string, dialer *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+		// Calls that wait for this connection wait for its dial and handshake, whatever their contexts:
+		// they are guarded until its first read ends (see callGuard).
+		g := guard.Load()
+		if g != nil {
+			g.dialing.Add(1)
+		}
 		conn, err := dial(ctx, dst, dialer, cfg)
 		if err != nil {
+			if g != nil {
+				g.dialing.Add(-1)
+			}
 			return nil, err
 		}
-		return watchedConn{Conn: conn, guard: guard}, nil
+		w := &watchedConn{Conn: conn, guard: guard}
+		if g != nil {
+			w.dialed.Store(g)
+		}
+		return w, nil
 	}
 }
 
 // watchedConn is a connection of New's rueidis client: a read that fails (the connection broke, or is
-// being closed) tells the Client's guard.
+// being closed) tells the Client's guard, and so does the end of its first read, the handshake's reply.
 type watchedConn struct {
 	net.Conn
-	guard *atomic.Pointer[callGuard]
+	guard  *atomic.Pointer[callGuard]
+	dialed atomic.Pointer[callGuard] // the guard that counts this connection's dial, until its first read ends
 }
 
-func (c watchedConn) Read(p []byte) (int, error) {
+func (c *watchedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	c.handshaken()
 	if err != nil {
 		if g := c.guard.Load(); g != nil {
 			g.broke()
 		}
 	}
 	return n, err
+}
+
+func (c *watchedConn) Close() error {
+	c.handshaken()
+	return c.Conn.Close()
+}
+
+// handshaken tells the guard, once, that the connection's dial and handshake are over.
+func (c *watchedConn) handshaken() {
+	if g := c.dialed.Swap(nil); g != nil {
+		g.dialing.Add(-1)
+	}
 }

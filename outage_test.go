@@ -778,3 +778,44 @@ func TestPermitHeldUpPastTheWatchdogTimeoutIsStillGivenBack(t *testing.T) {
 		t.Fatalf("AvailablePermits after the stall = %d, %v; want 1: the held-up acquisition kept a permit", n, err)
 	}
 }
+
+// A call that comes while another call's dial waits for a stalled server's handshake returns at its own
+// deadline, however long after the last broken connection that dial comes: rueidis dials lazily, at the
+// next call, and the calls that wait for that dial meanwhile ignore their contexts. (Found by the safety
+// explorer: a CountDownLatch.TryAwait returned 620 ms after its deadline.)
+func TestCallDuringALateDialReturnsAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	opts := oneConnection()
+	opts.Redis.Dialer.Timeout = 800 * time.Millisecond // the guard's window after a break: 1.6 s
+	c := newClient(t, srv, opts)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if _, err := c.Lock("late-dial").IsLocked(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb := rawClient(t, srv)
+	do(t, rdb, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+	time.Sleep(2500 * time.Millisecond) // past the window; rueidis does not dial until a call needs it
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := srv.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	dialer, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go func() { _, _ = c.Lock("late-dial").IsLocked(dialer) }() // dials; the handshake waits for the server
+	time.Sleep(50 * time.Millisecond)
+	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelShort()
+	start := time.Now()
+	_, err := c.Lock("late-dial").IsLocked(short)
+	if took := time.Since(start); took > 400*time.Millisecond {
+		t.Fatalf("a call with a 100 ms context returned after %v (%v), waiting for another call's dial", took, err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call with a 100 ms context during a stalled dial = %v, want context.DeadlineExceeded", err)
+	}
+}

@@ -318,14 +318,20 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 // client given to Wrap, a connection that broke without a call of relock's seeing it (the application's
 // own calls, rueidis's reader or PING); and the full ring, which takes more than a thousand calls in
 // flight on one connection of a server that stopped answering.
+//
+// A Client made by New also guards calls while any of its connections is being dialled, until the
+// connection's first read (the handshake's reply) ends: a dial made long after the last break (rueidis
+// dials lazily, at the next call) would otherwise hold up, past their deadlines, the calls that come
+// while it lasts.
 type callGuard struct {
-	window time.Duration
-	until  atomic.Int64 // UnixNano until which calls are guarded
+	window  time.Duration
+	until   atomic.Int64 // UnixNano until which calls are guarded
+	dialing atomic.Int64 // connections being dialled, up to their handshakes' replies (see watchConns)
 }
 
 // needed reports whether a call with ctx must be guarded.
 func (g *callGuard) needed(ctx context.Context) bool {
-	return ctx.Done() != nil && time.Now().UnixNano() < g.until.Load()
+	return ctx.Done() != nil && (g.dialing.Load() > 0 || time.Now().UnixNano() < g.until.Load())
 }
 
 // broke notes that a connection broke, or could not be made.
