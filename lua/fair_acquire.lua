@@ -89,7 +89,7 @@ if free then
     end
     redis.call('zrem', KEYS[3], owner)
     redis.call('zrem', KEYS[4], owner)
-    shorten_waits(KEYS[3], redis.call('zrange', KEYS[3], 0, -1), wait)
+    shorten_waits(KEYS[3], nil, wait)
     return first_hold(KEYS[1], owner, ttl, KEYS[9])
   end
   -- The head may be asleep: its notification went to a dead waiter just dropped, or never came (a
