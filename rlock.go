@@ -28,7 +28,7 @@ func (c *Client) Lock(name string, opts ...LockOption) *RLock {
 		made.s.acquireKeys = keys[0:7:7]
 	}
 	made.q = waitQueue{c: c, entries: waiters, leave: scriptRLockLeave, leaveKeys: keys[13:17:17],
-		leaveArgs: []string{namedMessage}, message: unlockMessage, lazy: true, wakes: wakes,
+		leaveArgs: rlockLeaveArgs, message: unlockMessage, lazy: true, wakes: wakes,
 		refresh: renewal{script: scriptQueueRefresh, keys: keys[5:6:6]}}
 	made.s.q = &made.q
 	if c != nil {
@@ -37,6 +37,10 @@ func (c *Client) Lock(name string, opts ...LockOption) *RLock {
 	made.l = makeLock(c, kindRLock, name, o, channel, &made.s)
 	return &made.l
 }
+
+// rlockLeaveArgs are lua/rlock_leave.lua's arguments after the first three, the same for every lock (never
+// written: shared, so that making a lock costs no allocation for them).
+var rlockLeaveArgs = []string{namedMessage}
 
 // rlockSpec is the reentrant lock's kind: lua/rlock_*.lua. Its waiting owners are kept in Redis
 // (lua/lib/waiters.lua) so that a release wakes one of them by name, on its Client's own channel.
