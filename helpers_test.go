@@ -116,6 +116,20 @@ func awaitWaitingOwners(t testing.TB, rdb rueidis.Client, name string, n int64) 
 	})
 }
 
+// waitBehind has holder take the Lock name (a name without braces) with ctx, then starts a Lock of waiting's
+// with wctx on a new goroutine, and returns once Redis knows n waiting owners of the lock (the waiter and
+// any a test put there). The Lock's result arrives on the returned channel.
+func waitBehind(t testing.TB, rdb rueidis.Client, holder, waiting *relock.Client, name string, ctx, wctx context.Context, n int64) <-chan error {
+	t.Helper()
+	if err := holder.Lock(name).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- waiting.Lock(name).Lock(wctx) }()
+	awaitWaitingOwners(t, rdb, name, n)
+	return got
+}
+
 // commandCalls returns how many times each command ran since the last CONFIG RESETSTAT, from INFO
 // commandstats ("evalsha" -> calls).
 func commandCalls(t testing.TB, rdb rueidis.Client) map[string]int {

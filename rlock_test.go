@@ -1014,12 +1014,7 @@ func TestRedissonAndRelockWaitersWakeEachOther(t *testing.T) {
 	}()
 	eventually(t, 5*time.Second, "the Redisson subscriber listens", func() bool { return numsub(t, rdb, channel) == 1 })
 
-	if err := holder.Lock("mixed").Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() { got <- waiting.Lock("mixed").Lock(wctx) }()
-	awaitWaitingOwners(t, rdb, "mixed", 1)
+	got := waitBehind(t, rdb, holder, waiting, "mixed", ctx, wctx, 1)
 	if err := holder.Lock("mixed").Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -1043,13 +1038,12 @@ func TestRedissonAndRelockWaitersWakeEachOther(t *testing.T) {
 
 	// A Redisson client holds the lock (its hash, its owner field), and releases it as Redisson does:
 	// delete, then publish the unlock message alone.
-	do(t, rdb, "HSET", "mixed", "6f6e6c79-6a61-4761-8000-000000000000:7", "1")
-	do(t, rdb, "PEXPIRE", "mixed", "30000")
-	go func() { got <- waiting.Lock("mixed").Lock(wctx) }()
+	redissonHolds(t, rdb, "mixed")
+	again := make(chan error, 1)
+	go func() { again <- waiting.Lock("mixed").Lock(wctx) }()
 	awaitWaitingOwners(t, rdb, "mixed", 1)
-	do(t, rdb, "DEL", "mixed")
-	do(t, rdb, "PUBLISH", channel, "0")
-	receive(t, got, 2*time.Second, "the relock waiter was not woken by a Redisson release")
+	redissonReleases(t, rdb, "mixed")
+	receive(t, again, 2*time.Second, "the relock waiter was not woken by a Redisson release")
 	if err := waiting.Lock("mixed").Unlock(wctx); err != nil {
 		t.Fatal(err)
 	}
@@ -1063,16 +1057,11 @@ func TestReleaseSkipsTheWaitersOfAGoneClient(t *testing.T) {
 	rdb := rawClient(t, srv)
 	holder, live := newClient(t, srv, nil), newClient(t, srv, nil)
 	ctx := ctxTimeout(t, 20*time.Second)
-	if err := holder.Lock("gone").Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
 	// The gone Client's waiter: known to Redis for the watchdog timeout, and older than the live one, so the
 	// release comes to it first.
 	do(t, rdb, "ZADD", "relock_lock_waiters:{gone}", strconv.FormatInt(time.Now().Add(20*time.Second).UnixMilli(), 10),
 		"00000000-dead-0000-0000-000000000000:1")
-	got := make(chan error, 1)
-	go func() { got <- live.Lock("gone").Lock(ctx) }()
-	awaitWaitingOwners(t, rdb, "gone", 2)
+	got := waitBehind(t, rdb, holder, live, "gone", ctx, ctx, 2)
 	if err := holder.Lock("gone").Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -1090,12 +1079,7 @@ func TestNamedWakeForAnOwnerGoneGoesToAnotherLocalWaiter(t *testing.T) {
 	rdb := rawClient(t, srv)
 	holder, c := newClient(t, srv, nil), newClient(t, srv, nil)
 	ctx := ctxTimeout(t, 20*time.Second)
-	if err := holder.Lock("routed").Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	go func() { got <- c.Lock("routed").Lock(ctx) }()
-	awaitWaitingOwners(t, rdb, "routed", 1)
+	got := waitBehind(t, rdb, holder, c, "routed", ctx, ctx, 1)
 	// Another owner of c's, first in line: c has no waiter of that owner.
 	do(t, rdb, "ZADD", "relock_lock_waiters:{routed}", strconv.FormatInt(time.Now().Add(5*time.Second).UnixMilli(), 10), c.ID()+":left")
 	if err := holder.Lock("routed").Unlock(ctx); err != nil {
@@ -1116,13 +1100,8 @@ func TestWaiterHearsRedissonsChannelOnlyBehindARedissonHolder(t *testing.T) {
 	ctx := ctxTimeout(t, 20*time.Second)
 	const channel = "redisson_lock__channel:{heard}"
 	wake := "relock_lock_wake:{heard}:" + c.ID()
-	if err := holder.Lock("heard").Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
 	wctx := relock.WithOwner(ctx, "w")
-	got := make(chan error, 1)
-	go func() { got <- c.Lock("heard").Lock(wctx) }()
-	awaitWaitingOwners(t, rdb, "heard", 1)
+	got := waitBehind(t, rdb, holder, c, "heard", ctx, wctx, 1)
 	if n := numsub(t, rdb, wake); n != 1 {
 		t.Fatalf("%d subscribers of the wake channel %s, want 1", n, wake)
 	}
@@ -1132,8 +1111,7 @@ func TestWaiterHearsRedissonsChannelOnlyBehindARedissonHolder(t *testing.T) {
 
 	// A Redisson client takes the lock as the relock holder lets go, before the named waiter tries.
 	do(t, rdb, "DEL", "heard")
-	do(t, rdb, "HSET", "heard", "6f6e6c79-6a61-4761-8000-000000000000:7", "1")
-	do(t, rdb, "PEXPIRE", "heard", "30000")
+	redissonHolds(t, rdb, "heard")
 	do(t, rdb, "ZREM", "relock_lock_waiters:{heard}", c.ID()+":w")
 	do(t, rdb, "PUBLISH", wake, c.ID()+":w")
 	eventually(t, 5*time.Second, "the waiter listens on Redisson's channel", func() bool { return numsub(t, rdb, channel) == 1 })
@@ -1143,8 +1121,7 @@ func TestWaiterHearsRedissonsChannelOnlyBehindARedissonHolder(t *testing.T) {
 		t.Fatalf("the waiter got in behind a Redisson holder: %v", err)
 	default:
 	}
-	do(t, rdb, "DEL", "heard")
-	do(t, rdb, "PUBLISH", channel, "0")
+	redissonReleases(t, rdb, "heard")
 	receive(t, got, 2*time.Second, "the waiter was not woken by the Redisson holder's release")
 	if err := c.Lock("heard").Unlock(wctx); err != nil {
 		t.Fatal(err)
@@ -1175,4 +1152,19 @@ func TestWaiterBehindALongLeaseStaysKnown(t *testing.T) {
 		t.Fatal(err)
 	}
 	receive(t, got, 2*time.Second, "the waiter was not woken by the release")
+}
+
+// redissonHolds makes a Redisson client (a version 4 UUID in its owner field) the holder of the free Lock
+// name (a name without braces), for 30 s, as Redisson's RLock would.
+func redissonHolds(t testing.TB, rdb rueidis.Client, name string) {
+	t.Helper()
+	do(t, rdb, "HSET", name, "6f6e6c79-6a61-4761-8000-000000000000:7", "1")
+	do(t, rdb, "PEXPIRE", name, "30000")
+}
+
+// redissonReleases releases name as Redisson's RLock does: delete, then publish the unlock message alone.
+func redissonReleases(t testing.TB, rdb rueidis.Client, name string) {
+	t.Helper()
+	do(t, rdb, "DEL", name)
+	do(t, rdb, "PUBLISH", "redisson_lock__channel:{"+name+"}", "0")
 }
