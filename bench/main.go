@@ -742,7 +742,8 @@ func contention(r *report, srv *redistest.Server) {
 			"Handoff: the time the lock sat free between two different owners, from the start of an Unlock call to the next acquisition by another owner. Min/max: acquisitions per owner. Overlaps: acquisitions made while another owner was still inside (any is a broken lock). " +
 			"Script runs: EVALSHA and EVAL calls (INFO commandstats) per acquisition; Redis CPU: used_cpu_sys + used_cpu_user (INFO cpu) over the run, per acquisition, everything the server did (pub/sub delivery too); script µs: EVALSHA and EVAL usec (INFO commandstats) per acquisition. " +
 			"An RLock release names one waiting relock owner, on its Client's own channel, and tells the other relock Clients so on Redisson's channel, where it also publishes Redisson's unlock message for Redisson's waiters (docs/redisson.md, \"One waiter woken per release\"); a FairLock release wakes the first live waiter of its queue, on that waiter's own channel. " +
-			"Targets: RLock ≤ 4 script runs per acquisition, its Redis CPU per acquisition at C = 32 within 1.5 × its value at C = 2, and its handoff p50 at C = 32 within 1.5 × the 2-owner handoff (the first row, measured as section 3 does).",
+			"Targets: RLock ≤ 4 script runs per acquisition, its Redis CPU per acquisition at C = 32 within 1.5 × its value at C = 2, and its handoff p50 at C = 32 within 1.5 × the 2-owner handoff (the first row, measured as section 3 does).\n\n" +
+			"![Redis CPU and script runs per acquisition against the number of Clients](contention.svg)",
 		head: []string{"", "C", "acquisitions", "handoff p50", "handoff p99", "per owner min/max", "overlaps", "script runs/acquisition", "Redis CPU/acquisition", "script µs/acquisition"}}
 	type result struct { // per acquisition
 		h          handoffResult
@@ -768,6 +769,7 @@ func contention(r *report, srv *redistest.Server) {
 	}()
 	sec.rows = append(sec.rows, []string{"RLock, 2 owners", "2", "", us(two), "", "", "", "", "", ""})
 	for _, kind := range []string{"RLock", "FairLock"} {
+		cpuCurve, runCurve := curve{label: kind}, curve{label: kind}
 		for _, clients := range contentionClients {
 			var cs []*relock.Client
 			var ls []locker
@@ -799,7 +801,10 @@ func contention(r *report, srv *redistest.Server) {
 			overlaps += h.overlaps
 			sec.rows = append(sec.rows, []string{kind, fmt.Sprint(clients), fmt.Sprint(h.total), us(pct(h.gaps, .5)), us(pct(h.gaps, .99)),
 				fmt.Sprintf("%d / %d", h.min, h.max), fmt.Sprint(h.overlaps), fmt.Sprintf("%.1f", x.runs), ms(x.cpu), fmt.Sprintf("%.0f µs", x.usec)})
+			cpuCurve.points = append(cpuCurve.points, [2]float64{float64(clients), float64(x.cpu) / float64(time.Millisecond)})
+			runCurve.points = append(runCurve.points, [2]float64{float64(clients), x.runs})
 		}
+		r.cpuCurves, r.runCurves = append(r.cpuCurves, cpuCurve), append(r.runCurves, runCurve)
 	}
 	lo, hi := fmt.Sprint(contentionClients[0]), "32"
 	rl2, rl, fl := res["RLock"+lo], res["RLock"+hi], res["FairLock"+hi]

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"html"
 	"log"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +27,15 @@ type report struct {
 	sections []section
 	chart1   []bar // mean µs per Lock+Unlock
 	chart2   []bar // pairs per second, 64 goroutines
+	// curves of the contention scenario, against the number of Clients: Redis CPU per acquisition (ms),
+	// and script runs per acquisition, one line per lock kind
+	cpuCurves, runCurves []curve
+}
+
+// curve is one line of a chart against the number of Clients.
+type curve struct {
+	label  string
+	points [][2]float64 // (Clients, value)
 }
 
 type section struct {
@@ -120,7 +131,80 @@ func (r *report) write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "benchmarks.md"), []byte(b.String()), 0o644); err != nil {
 		return err
 	}
+	if len(r.cpuCurves) > 0 {
+		svg := lineCharts([]lineChart{
+			{"Contention: Redis CPU per acquisition (ms) against the number of Clients (4 waiters each)", r.cpuCurves},
+			{"Contention: script runs per acquisition against the number of Clients", r.runCurves},
+		})
+		if err := os.WriteFile(filepath.Join(dir, "contention.svg"), []byte(svg), 0o644); err != nil {
+			return err
+		}
+	}
 	return os.WriteFile(filepath.Join(dir, "benchmarks.svg"), []byte(r.svg()), 0o644)
+}
+
+// lineChart is one chart of curves against the number of Clients.
+type lineChart struct {
+	title  string
+	curves []curve
+}
+
+// lineCharts draws each chart as lines over a logarithmic axis of Clients, stacked.
+func lineCharts(charts []lineChart) string {
+	const width, plotH, left, right, top = 760, 220, 70, 150, 40
+	colors := []string{"#2b7bb9", "#d9822b", "#5b9e4d", "#9b59b6"}
+	var b strings.Builder
+	height := len(charts) * (plotH + top + 50)
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	y0 := 0
+	for _, ch := range charts {
+		minX, maxX, maxY := math.Inf(1), 0.0, 0.0
+		for _, c := range ch.curves {
+			for _, p := range c.points {
+				minX, maxX, maxY = min(minX, p[0]), max(maxX, p[0]), max(maxY, p[1])
+			}
+		}
+		if maxY <= 0 || maxX <= minX {
+			continue
+		}
+		maxY *= 1.1
+		px := func(x float64) float64 {
+			return left + (math.Log2(x)-math.Log2(minX))/(math.Log2(maxX)-math.Log2(minX))*(width-left-right)
+		}
+		py := func(v float64) float64 { return float64(y0+top+plotH) - v/maxY*plotH }
+		fmt.Fprintf(&b, `<text x="10" y="%d" font-weight="bold">%s</text>`+"\n", y0+24, html.EscapeString(ch.title))
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#999"/>`+"\n", left, y0+top+plotH, width-right, y0+top+plotH)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#999"/>`+"\n", left, y0+top, left, y0+top+plotH)
+		for i := 0; i <= 4; i++ { // the value axis
+			v := maxY * float64(i) / 4
+			fmt.Fprintf(&b, `<text x="%d" y="%.0f" text-anchor="end" fill="#666">%s</text>`+"\n", left-6, py(v)+4, strconv.FormatFloat(v, 'g', 3, 64))
+		}
+		for _, p := range ch.curves[0].points { // the Clients axis
+			fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle" fill="#666">%s</text>`+"\n", px(p[0]), y0+top+plotH+16, strconv.FormatFloat(p[0], 'f', 0, 64))
+		}
+		var labels []float64 // the label heights used, so that two lines ending close apart stay readable
+		for i, c := range ch.curves {
+			color := colors[i%len(colors)]
+			var pts []string
+			for _, p := range c.points {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p[0]), py(p[1])))
+			}
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", color, strings.Join(pts, " "))
+			if n := len(c.points); n > 0 {
+				last := c.points[n-1]
+				ly := py(last[1]) + 4
+				for slices.ContainsFunc(labels, func(u float64) bool { return math.Abs(u-ly) < 14 }) {
+					ly += 14
+				}
+				labels = append(labels, ly)
+				fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="%s">%s</text>`+"\n", px(last[0])+8, ly, color, html.EscapeString(c.label))
+			}
+		}
+		y0 += plotH + top + 50
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
 }
 
 // svg draws two horizontal bar charts: mean Lock+Unlock latency, and pairs per second at 64 goroutines.
