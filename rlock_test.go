@@ -306,7 +306,11 @@ func TestCancelledWaiterLeavesNothingBehind(t *testing.T) {
 	waitCtx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- b.Lock("cancel").Lock(waitCtx) }()
-	eventually(t, 5*time.Second, "the waiter subscribes", func() bool { return listening(t, rdb, channel) })
+	// The waiter sleeps: Redis knows it, and its attempt's reply has had time to arrive. (A wait cancelled
+	// during an attempt leaves its queue entry again 1 and 5 s later, in case the attempt ran after the
+	// first leave: a goroutine that outlives the call by design.)
+	awaitWaitingOwners(t, rdb, "cancel", 1)
+	time.Sleep(200 * time.Millisecond)
 	cancel()
 	select {
 	case err := <-errc:
@@ -317,6 +321,10 @@ func TestCancelledWaiterLeavesNothingBehind(t *testing.T) {
 		t.Fatal("a cancelled Lock did not return")
 	}
 	eventually(t, 5*time.Second, "PUBSUB NUMSUB returns to 0", func() bool { return !listening(t, rdb, channel) })
+	eventually(t, 5*time.Second, "the waiter leaves the waiting owners", func() bool {
+		n, _ := do(t, rdb, "EXISTS", "relock_lock_waiters:{cancel}").AsInt64()
+		return n == 0
+	})
 	if n, err := a.Lock("cancel").HoldCount(ctx); n != 1 || err != nil {
 		t.Fatalf("holder's count = %d, %v", n, err)
 	}
