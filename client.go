@@ -108,6 +108,7 @@ type Client struct {
 	// 36; with the owner's field, which holds the Client's ID, it names the attempt uniquely.
 	attempts atomic.Uint64
 	hub      *hub
+	gates    gates // the Client's waiters of each Lock, queued locally (see gates)
 	tel      *telemetry
 
 	// Close's phases (see shutdown). closing ends as Close begins: calls fail with ErrClosed from then on,
@@ -267,6 +268,7 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 	}
 	c.tel.log = o.Logger
 	c.hub = newHub(redisSubscriber{rdb}, c.id, life, c.cluster, c.shardedPubSub)
+	c.gates.hub = c.hub
 	return c, nil
 }
 

@@ -102,8 +102,15 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	if join {
 		ao.named = q.wakes
 	}
+	if l.kind == kindRLock && wait != 0 && l.ack.replicas == 0 && !l.c.holds.held(k) {
+		// A waiter, not a reentry: it waits in the Client's gate for the lock (see gates).
+		ao.gated = true
+		ao.gate = handoffTarget{lock: l, owner: owner, field: call.field, ttl: ttl, ttlArg: ttlArg, lease: lease, parent: parent}
+	}
+	queued := false // it waited in the Client's gate: its first attempt is made while waiting
+	ao.queued = &queued
 	ok, err := l.c.acquire(ctx, ao, func(ctx context.Context) (bool, time.Duration, bool, error) {
-		if join && !call.join && tried { // a lazy queue's owner joins as it begins to wait
+		if join && !call.join && (tried || queued) { // a lazy queue's owner joins as it begins to wait
 			q.joined(k)
 			call.join = true
 		}

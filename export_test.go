@@ -33,3 +33,7 @@ func CallerToken(ctx context.Context) string {
 	token, _ := ownerToken(ctx)
 	return token
 }
+
+// GateWaiters tells a test how many acquisitions of the Lock name wait in c's gate (see gates): its head,
+// if any, and those queued behind it.
+func GateWaiters(c *Client, name string) int { return c.gates.waiters(name) }

@@ -152,6 +152,20 @@ func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight
 	return w, nil
 }
 
+// adopt makes w, a waiter another goroutine joined and left to the caller, the caller's: its owner is
+// owner now (see gates.exit).
+func (h *hub) adopt(w *waiter, owner string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case w.owner == "" && owner != "":
+		h.ownerWaiters.Add(1)
+	case w.owner != "" && owner == "":
+		h.ownerWaiters.Add(-1)
+	}
+	w.owner = owner
+}
+
 // hear makes a named waiter hear its channel too (see waiter.hears), and returns once Redis has confirmed
 // the subscription. On an error, w is still a waiter: the caller must leave.
 func (h *hub) hear(ctx context.Context, w *waiter) error {

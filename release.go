@@ -37,7 +37,7 @@ func (l *RLock) unlock(ctx context.Context) error {
 	}
 	ctx, span := l.c.tel.startSpan(ctx, "relock.unlock", l.kind, l.name)
 	l.c.holds.releasing(k) // a renewal that finds the hold gone meanwhile waits for this outcome
-	left, err := l.release(ctx, call)
+	left, err := l.releaseFirst(ctx, k, call)
 	if outcomeUnknown(err) {
 		call = repeating(call)
 	}
@@ -143,12 +143,9 @@ func (l *RLock) giveUp(life context.Context, k holdKey, deadline time.Time) erro
 // command is found out first when it is not known yet (ShardedPubSubAuto); a probe that gets no answer
 // fails the call as an unanswered release would, so that it is repeated the same way.
 func (l *RLock) release(ctx context.Context, call releaseCall) (int64, error) {
-	if call.publish = l.c.knownPublishCommand(); call.publish == "" {
-		pub, err := l.c.publishCommand(ctx, l.channel)
-		if err != nil {
-			return 0, err
-		}
-		call.publish = pub
+	call, err := l.withPublish(ctx, call)
+	if err != nil {
+		return 0, err
 	}
 	sc := l.spec.release(call)
 	return l.c.scripts.runInt(ctx, sc)

@@ -9,6 +9,13 @@ package relock
 // wakes one waiter per relock Client. Waiters are not ordered: whoever tries first after a release gets
 // the lock (see FairLock for first come, first served).
 //
+// A Client queues its own waiters of the lock locally, first come, first served, and only the first of
+// them asks Redis: goroutines of one process that take a busy lock in turn do not each pay round trips to
+// learn they must wait. When one of the Client's owners releases the lock while another of its owners
+// waits, the release hands the lock to it in the same round trip (a new holder: a first hold, with a new
+// fencing token when fenced). A Client does so at most 8 times in a row, then releases the lock letting
+// the other Clients' waiters, and Redisson's, go first (see docs/redisson.md, "Handoffs within a Client").
+//
 // The name is the Redis key of the lock; a name that ErrInvalidName describes makes every method return
 // it. A nil Client gives a lock whose methods return ErrNilClient.
 func (c *Client) Lock(name string, opts ...LockOption) *RLock {
@@ -66,6 +73,26 @@ func (s *rlockSpec) acquire(a acquireCall) scriptCall {
 func (s *rlockSpec) release(r releaseCall) scriptCall {
 	return scriptCall{script: scriptRelease, keys: s.releaseKeys,
 		args: []string{r.field, unlockMessage, r.expected, r.request, r.publish, namedMessage}}
+}
+
+// handoff is a release that, at the owner's last hold, hands the lock to the owner field next
+// (lua/rlock_handoff.lua); counter is the fencing token counter when next's lock is fenced, else "".
+// next == "" makes it a release that lets the Client's (client's) waiters go after the others'.
+func (s *rlockSpec) handoff(r releaseCall, next, attempt, ttl, counter, client string) scriptCall {
+	keys := s.releaseKeys
+	if counter != "" {
+		keys = append(keys[:len(keys):len(keys)], counter)
+	}
+	return scriptCall{script: scriptHandoff, keys: keys,
+		args: []string{r.field, unlockMessage, r.expected, r.request, r.publish, namedMessage, next, attempt, ttl, client}}
+}
+
+// counter is the fencing token counter's key when the lock is fenced, else "".
+func (s *rlockSpec) counter() string {
+	if len(s.acquireKeys) > 6 {
+		return s.acquireKeys[6]
+	}
+	return ""
 }
 
 func (s *rlockSpec) forceRelease(publish string) scriptCall {

@@ -3,6 +3,8 @@ package relock_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -371,4 +373,62 @@ func BenchmarkParallel64Ratio(b *testing.B) {
 	b.ReportMetric(pairs/raw.Seconds(), "raw-pairs/s")
 	b.ReportMetric(pairs/lock.Seconds(), "lock-pairs/s")
 	b.ReportMetric(raw.Seconds()/lock.Seconds(), "lock/raw-throughput")
+}
+
+// BenchmarkHotLock is one lock taken in turn by 64 goroutines of one Client, each taking it, leaving at
+// once and taking it again: the Client's gate queues them, and each release hands the lock to the next
+// (see docs/performance.md). Reported per acquisition.
+func BenchmarkHotLock(b *testing.B) {
+	_, c := benchClient(b)
+	l := c.Lock("bench:hot")
+	var inside atomic.Int32
+	b.SetParallelism(64 / max(1, runtime.GOMAXPROCS(0)))
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := relock.WithOwner(context.Background(), fmt.Sprint("hot-", time.Now().UnixNano(), rand.Uint64()))
+		for pb.Next() {
+			if err := l.Lock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+			if inside.Add(1) != 1 {
+				b.Error("two owners inside")
+			}
+			inside.Add(-1)
+			if err := l.Unlock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkHotLockAcrossClients is BenchmarkHotLock with the 64 goroutines spread over 4 Clients: each
+// Client hands the lock to its own waiters a few times in a row, then lets the others go first.
+func BenchmarkHotLockAcrossClients(b *testing.B) {
+	var cs [4]*relock.Client
+	for i := range cs {
+		_, cs[i] = benchClient(b)
+	}
+	var next atomic.Int32
+	var inside atomic.Int32
+	b.SetParallelism(64 / max(1, runtime.GOMAXPROCS(0)))
+	b.RunParallel(func(pb *testing.PB) {
+		i := next.Add(1)
+		l := cs[int(i)%len(cs)].Lock("bench:hot-clients")
+		ctx := relock.WithOwner(context.Background(), fmt.Sprint("hot-", i))
+		for pb.Next() {
+			if err := l.Lock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+			if inside.Add(1) != 1 {
+				b.Error("two owners inside")
+			}
+			inside.Add(-1)
+			if err := l.Unlock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

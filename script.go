@@ -47,6 +47,7 @@ func loadScript(name string) *script {
 var (
 	scriptAcquire      = loadScript("rlock_acquire")
 	scriptRelease      = loadScript("rlock_release")
+	scriptHandoff      = loadScript("rlock_handoff")
 	scriptForceRelease = loadScript("rlock_force_release")
 	scriptUndoAcquire  = loadScript("undo_acquire")
 	scriptRenew        = loadScript("rlock_renew")

@@ -64,6 +64,22 @@ func (w *holdTable) beginAttempt(ctx context.Context, k holdKey) error {
 	}
 }
 
+// tryBeginAttempt makes an attempt of k's owner the one in flight, as beginAttempt does, if no other is
+// and k has no hold and nothing settling: a handoff to the owner (see gates) is such an attempt. It
+// reports whether it did; the caller then calls endAttempt, or has the handoff's recipient call it.
+func (w *holdTable) tryBeginAttempt(k holdKey) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, busy := w.attempting[k]; busy {
+		return false
+	}
+	if h := w.holds[k]; h != nil && (h.settling != nil || h.count > 0) {
+		return false
+	}
+	w.attempting[k] = nil
+	return true
+}
+
 // settling reports whether k's hold is being settled (see prepare).
 func (w *holdTable) settling(k holdKey) bool {
 	w.mu.Lock()

@@ -29,6 +29,13 @@ type acquireOp struct {
 	// reentry, a Campaign of the leader); "" for the others. Once it acquires, the owner's other waiters
 	// on the channel are woken (hub.acquiredBy).
 	owner string
+	// gated says the acquisition waits in the Client's gate for its lock, where a release may hand it the
+	// lock as gate says (see gates).
+	gated bool
+	gate  handoffTarget
+	// queued, if not nil, is set when the acquisition waited in its gate before its first attempt: that
+	// attempt is made while waiting (it joins the lock's waiting owners, as later ones do).
+	queued *bool
 }
 
 // acquire runs op in the shared wait loop, inside a "relock.acquire" span, and records its outcome. Close
@@ -64,22 +71,72 @@ func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, 
 // A wait < 0 lasts as long as ctx allows; 0 makes one attempt. The hub is told which notifications an
 // answered attempt looked at: the others go to other waiters when this one leaves.
 func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) (bool, error) {
-	ok, _, named, err := try(ctx)
-	if ok || err != nil || op.wait == 0 {
-		return ok, err
-	}
 	var deadline time.Time
 	if op.wait > 0 {
 		deadline = time.Now().Add(op.wait)
 	}
+	var e *gateWaiter // the acquisition's place in its gate, once it is the head
+	waited := false   // it waited in the gate: the lock was taken a moment ago
+	if op.gated {
+		var h handoff
+		var err error
+		if e, h, err = c.gates.enter(ctx, op.name, op.gate, deadline, c.hub.done); h.handed {
+			return op.gate.take(ctx, h)
+		}
+		if e == nil {
+			return false, err // nil: the wait ran out
+		}
+		waited = e.turn != nil && (!e.free || e.waiting)
+		if e.free {
+			e = nil
+		} else {
+			defer c.gates.exit(e)
+		}
+	}
 	// A named waiter hears the channel only while its lock's holder may not wake it by name: on a single
 	// server, where a release knows whether its Client heard the name (lua/lib/waiters.lua).
 	hears := func(named bool) bool { return op.named == "" || c.cluster || !named }
-	w, err := c.hub.join(ctx, op.channel, op.wakes, op.weight, op.owner, op.named, hears(named))
+	named := true
+	if !waited {
+		// The first attempt, before waiting. One that waited in its gate begins to wait at once instead:
+		// it listens, then makes its first attempt as a waiter (and rides out a short outage as one).
+		var ok bool
+		var err error
+		ok, _, named, err = try(ctx)
+		if ok && e != nil {
+			c.gates.fromRedis(e)
+		}
+		if err != nil && e != nil {
+			c.gates.trouble(e, false)
+		}
+		if ok || err != nil || op.wait == 0 {
+			return ok, err
+		}
+	} else if op.queued != nil {
+		*op.queued = true
+	}
+	var w *waiter
+	var err error
+	if e != nil && e.hub != nil { // the place of the head before it (see gates.exit)
+		w = e.hub
+	} else {
+		w, err = c.hub.join(ctx, op.channel, op.wakes, op.weight, op.owner, op.named, hears(named))
+	}
+	if err != nil && waited {
+		// A waiter rides out a short outage (see below), its subscription's too.
+		w, err = c.joinRidingOut(ctx, op, hears(named), err)
+	}
 	if err != nil {
+		if transient(err) {
+			err = unavailable(err)
+		}
 		return false, err
 	}
-	defer c.hub.leave(w)
+	if e != nil {
+		e.hub = w // exit hands it to the next head, or leaves
+	} else {
+		defer c.hub.leave(w)
+	}
 
 	var timer *time.Timer
 	defer func() {
@@ -90,21 +147,38 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 	var troubleSince time.Time // when attempts began to fail with transient errors
 	var retry backoff
 	for {
+		if e != nil {
+			h, err := c.gates.attempting(ctx, e, deadline, c.hub.done)
+			if err == errWaitOver {
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			if h.handed {
+				return op.gate.take(ctx, h)
+			}
+		}
 		w.attempting()
 		ok, ttl, named, err := try(ctx)
 		if err == nil {
 			c.hub.answered(w, ok)
 		}
 		if ok {
+			if e != nil {
+				c.gates.fromRedis(e)
+			}
 			return true, nil
 		}
 		if err == nil && !w.hears && hears(named) {
 			// The holder's release may not name this waiter (a Redisson client's): hear the channel, then
-			// try again, as after joining.
-			if err := c.hub.hear(ctx, w); err != nil {
-				return false, err
+			// try again, as after joining. A subscription that fails is ridden out as an attempt's failure.
+			if err = c.hub.hear(ctx, w); err == nil {
+				continue
 			}
-			continue
+		}
+		if err != nil && e != nil {
+			c.gates.trouble(e, true)
 		}
 		if err != nil {
 			// A waiter rides out a short outage (a restart, a cluster failover) rather than give up its
@@ -142,14 +216,49 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 			}
 			timeout = timer.C
 		}
+		var handed <-chan handoff // a release by another owner of the Client may hand it the lock
+		if e != nil {
+			handed = c.gates.sleeping(e)
+		}
 		select {
 		case <-w.wake:
 			w.took()
 		case <-timeout:
+		case h := <-handed:
+			if h.handed {
+				return op.gate.take(ctx, h)
+			}
 		case <-ctx.Done():
+			if e != nil {
+				if h, ok := c.gates.leaving(e); ok {
+					return op.gate.take(ctx, h)
+				}
+			}
 			return false, ctx.Err()
 		case <-c.hub.done:
+			if e != nil {
+				if h, ok := c.gates.leaving(e); ok {
+					return op.gate.take(ctx, h) // Close began: take gives the hold up
+				}
+			}
 			return false, ErrClosed
 		}
 	}
+}
+
+// joinRidingOut joins the hub for op again, after a join failed with err, as long as the failures are
+// transient and for up to transientGrace, backing off between tries, as a waiter's attempts do.
+func (c *Client) joinRidingOut(ctx context.Context, op acquireOp, hears bool, err error) (*waiter, error) {
+	var retry backoff
+	since := time.Now()
+	for transient(err) && ctx.Err() == nil && time.Since(since) <= transientGrace {
+		if !sleepCtx(ctx, retry.pause()) {
+			break
+		}
+		var w *waiter
+		if w, err = c.hub.join(ctx, op.channel, op.wakes, op.weight, op.owner, op.named, hears); err == nil {
+			return w, nil
+		}
+	}
+	return nil, err
 }

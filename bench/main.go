@@ -10,7 +10,8 @@
 // watchdog (renewal cost), redlock (relock's RedLock against redsync on 5 servers), relockOnly (FairLock and
 // ReadWriteLock), latency (uncontended, parallel and a 2-owner handoff again, every contender through a
 // loopback proxy, internal/faultnet, adding 0.25 ms each way), and contention (RLock and FairLock, one lock,
-// 4 goroutines on each of 2, 8, 32 and 64 Clients: handoff, script runs and Redis CPU per acquisition).
+// 4 goroutines on each of 2, 8, 32 and 64 Clients: handoff, script runs and Redis CPU per acquisition), and
+// hot (one lock taken over and over by 64 goroutines of one Client, then by 16 on each of 4 Clients).
 // -quick runs each scenario for a quarter of its duration; -smoke for 1/40, a check for CI that the program
 // still runs, its figures meaningless.
 //
@@ -87,6 +88,7 @@ func main() {
 		{"relockOnly", func() { relockOnly(r, srv) }},
 		{"latency", func() { latency(r, srv) }},
 		{"contention", func() { contention(r, srv) }},
+		{"hot", func() { hot(r, srv.Addr()) }},
 	} {
 		if want(sc.name) {
 			sc.run()

@@ -12,24 +12,66 @@
 -- relock Client. A Client that does not hear the name (it is gone, or it lost its subscriptions, after which
 -- all its waiters try again) has its owner dropped, and the next is tried.
 
--- announce_release announces that a reentrant lock is free, as told above: message is Redisson's unlock
--- message, named the named message, publish 'publish' or 'spublish'.
-local function announce_release(waiters, wakes, channel, publish, message, named)
-  if redis.call('exists', waiters) == 1 then
-    redis.call('zremrangebyscore', waiters, '-inf', now_ms())
-    while true do
-      local owner = redis.call('zrange', waiters, 0, 0)[1]
-      if not owner then
-        break
-      end
+-- name_waiter names the first waiter (lowest alive time) that match accepts on its Client's channel, as
+-- told above, dropping those whose Client does not hear it; it returns the owner named, or nil.
+local function name_waiter(waiters, wakes, publish, match)
+  local at = 0
+  while true do
+    local owner = redis.call('zrange', waiters, at, at)[1]
+    if not owner then
+      return nil
+    end
+    if match(owner) then
       redis.call('zrem', waiters, owner)
       if redis.call(publish, wakes .. ':' .. string.match(owner, '^[^:]*'), owner) > 0 then
-        redis.call(publish, channel, named)
-        break
+        return owner
       end
+    else
+      at = at + 1
     end
   end
-  redis.call(publish, channel, message)
+end
+
+local function any_owner()
+  return true
+end
+
+-- announce_release announces that a reentrant lock is free, as told above: message is Redisson's unlock
+-- message, named the named message, publish 'publish' or 'spublish'.
+--
+-- yield, when given and not '', is the ID of a Client that lets the others go first: the release names a
+-- waiter of another Client if there is one (and returns 1); else it publishes the unlock message first
+-- and returns 2 if anybody heard it; else it names a waiter of the yielding Client, if any, and returns
+-- 0.
+local function announce_release(waiters, wakes, channel, publish, message, named, yield)
+  yield = yield or ''
+  local present = redis.call('exists', waiters) == 1
+  if present then
+    redis.call('zremrangebyscore', waiters, '-inf', now_ms())
+  end
+  if yield == '' then
+    if present and name_waiter(waiters, wakes, publish, any_owner) then
+      redis.call(publish, channel, named)
+    end
+    redis.call(publish, channel, message)
+    return 0
+  end
+  local prefix = yield .. ':'
+  local function other(owner)
+    return string.sub(owner, 1, #prefix) ~= prefix
+  end
+  if present and name_waiter(waiters, wakes, publish, other) then
+    redis.call(publish, channel, named)
+    redis.call(publish, channel, message)
+    return 1
+  end
+  if redis.call(publish, channel, message) > 0 then
+    return 2
+  end
+  if present then
+    name_waiter(waiters, wakes, publish, any_owner)
+  end
+  return 0
 end
 
 -- holder_names reports, as 1 or 0, whether the release of the lock's holder wakes a relock waiter by name:

@@ -1,0 +1,131 @@
+package relock
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// A release that hands the lock to a waiter of the same Client (see gates), and the waiter's side of it.
+
+// handoffTarget is what a handoff to a waiter grants: a first hold of its lock for its owner field, which
+// lives ttl (its lease, or the watchdog timeout, ttlArg in milliseconds).
+type handoffTarget struct {
+	lock   *RLock
+	owner  string
+	field  string
+	ttl    time.Duration
+	ttlArg string
+	lease  time.Duration
+	parent context.Context // the acquisition's ctx, from which the hold's span and HoldContext descend
+}
+
+// take records the hold a release handed to t's owner, as a successful attempt does. The release took the
+// owner's attempt turn for the handoff (see handOff); take ends it.
+func (t *handoffTarget) take(ctx context.Context, h handoff) (bool, error) {
+	l := t.lock
+	k := holdKey{key: l.name, field: t.field}
+	defer l.c.holds.endAttempt(k)
+	if !l.c.holds.acquired(k, acquisition{
+		kind: l.kind, name: l.name, count: 1, lease: t.lease, sentAt: h.sentAt,
+		renew: l.spec.renewal(k.field), token: h.token, parent: t.parent,
+		traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,
+	}) {
+		return false, ErrClosed // Close began meanwhile: the hold is being given up
+	}
+	return true, nil
+}
+
+// releaseFirst sends an Unlock's release request. When it is the owner's last hold and a waiter of the
+// Client's gate for the lock may have it, the release hands the lock to that waiter (handOff).
+func (l *RLock) releaseFirst(ctx context.Context, k holdKey, call releaseCall) (int64, error) {
+	if l.kind == kindRLock && l.c.holds.count(k) == 1 {
+		switch e, yield := l.c.gates.claim(l.name); {
+		case e != nil:
+			return l.handOff(ctx, call, e)
+		case yield:
+			return l.releaseYielding(ctx, call)
+		}
+	}
+	return l.release(ctx, call)
+}
+
+// releaseYielding sends a release that, at the owner's last hold, lets the other Clients' waiters go
+// first (see gates).
+func (l *RLock) releaseYielding(ctx context.Context, call releaseCall) (int64, error) {
+	var err error
+	if call, err = l.withPublish(ctx, call); err != nil {
+		return 0, err
+	}
+	r, err := l.c.scripts.runInts(ctx, l.spec.(*rlockSpec).handoff(call, "", "", "", "", l.c.id))
+	if err == nil && len(r) != 3 {
+		err = errUnexpectedReply
+	}
+	if err != nil {
+		return 0, err
+	}
+	if r[0] == 0 && r[2] == 2 {
+		l.c.gates.yielded(l.name)
+	}
+	return r[0], nil
+}
+
+// withPublish returns call with the publish command, found out first when it is not known yet.
+func (l *RLock) withPublish(ctx context.Context, call releaseCall) (releaseCall, error) {
+	if call.publish = l.c.knownPublishCommand(); call.publish == "" {
+		pub, err := l.c.publishCommand(ctx, l.channel)
+		if err != nil {
+			return call, err
+		}
+		call.publish = pub
+	}
+	return call, nil
+}
+
+// handOff sends the release call, which hands the lock, at the owner's last hold, to e, a waiter of the
+// lock's gate that gates.claim picked; e learns the outcome. Its reply is the release's: the owner's
+// remaining hold count (0 when the lock was handed over or released), or -1 when it held nothing. A
+// handoff whose reply is lost is undone as an attempt of e's owner is (it hands nothing if it arrives after
+// the undo, and its hold is released if it had arrived), and e tries again.
+func (l *RLock) handOff(ctx context.Context, call releaseCall, e *gateWaiter) (int64, error) {
+	t := e.target // a copy: e may be reused once told
+	next := holdKey{key: l.name, field: t.field}
+	if !l.c.holds.tryBeginAttempt(next) { // the next owner is busy on the lock already
+		l.c.gates.deliver(e, handoff{})
+		return l.release(ctx, call)
+	}
+	notHanded := func() {
+		l.c.holds.endAttempt(next)
+		l.c.gates.deliver(e, handoff{})
+	}
+	call, err := l.withPublish(ctx, call)
+	if err != nil {
+		notHanded()
+		return 0, err
+	}
+	attempt := l.c.attemptID()
+	counter := t.lock.spec.(*rlockSpec).counter()
+	sentAt := time.Now()
+	r, err := l.c.scripts.runInts(ctx, l.spec.(*rlockSpec).handoff(call, t.field, attempt, t.ttlArg, counter, l.c.id))
+	if err == nil && len(r) != 3 {
+		err = errUnexpectedReply
+	}
+	switch {
+	case err != nil:
+		if mayHaveRun(err) {
+			t.lock.undoAcquire(next, t.ttl, attempt)
+		}
+		notHanded()
+		return 0, err
+	case r[1] == 1:
+		if !l.c.gates.deliver(e, handoff{handed: true, token: uint64(r[2]), sentAt: sentAt}) {
+			// e gave up meanwhile: release the hold it was handed.
+			t.lock.undoAcquire(next, t.ttl, attempt)
+			l.c.holds.endAttempt(next)
+		}
+		return 0, nil
+	}
+	notHanded()
+	return r[0], nil
+}
