@@ -104,6 +104,14 @@ func (gs *gates) enter(ctx context.Context, name string, t handoffTarget, deadli
 		gs.mu.Unlock()
 		return &gateWaiter{free: true}, handoff{}, nil
 	}
+	if g.head == nil {
+		// A gate kept for its streak (see forgetIfEmptyLocked), or whose queue waits for a handoff: the
+		// acquisition asks Redis, as the first entrant does.
+		e := &gateWaiter{g: g, name: name, target: t, busy: true}
+		g.head = e
+		gs.mu.Unlock()
+		return e, handoff{}, nil
+	}
 	e := &gateWaiter{g: g, name: name, turn: make(chan struct{}), outcome: make(chan handoff, 1), target: t}
 	g.queue = append(g.queue, e)
 	gs.mu.Unlock()

@@ -289,3 +289,34 @@ return 1`)
 		}
 	}
 }
+
+// A gate outlives its last waiter while the lock it handed over is held (its handoffs in a row count on):
+// an acquisition that comes then must ask Redis, and wait there, as any first waiter does. Were it to
+// wait in the gate behind nobody, only a handoff could reach it: a release through Redis (here a forced
+// one, from another Client) would leave it asleep with the lock free.
+func TestWaiterAfterAHandoffWaitsInRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c, other := newClient(t, srv, nil), newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	l := c.Lock("after")
+	a, b, cc := relock.WithOwner(ctx, "A"), relock.WithOwner(ctx, "B"), relock.WithOwner(ctx, "C")
+	if err := l.Lock(a); err != nil {
+		t.Fatal(err)
+	}
+	gotB := make(chan error, 1)
+	go func() { gotB <- l.Lock(b) }()
+	awaitWaitingOwners(t, rdb, "after", 1)
+	if err := l.Unlock(a); err != nil { // hands the lock to B
+		t.Fatal(err)
+	}
+	receive(t, gotB, 5*time.Second, "B gets the lock")
+	gotC := make(chan error, 1)
+	go func() { gotC <- l.Lock(cc) }()
+	awaitWaitingOwners(t, rdb, "after", 1) // C waits in Redis
+	if ok, err := other.Lock("after").ForceUnlock(ctx); !ok || err != nil {
+		t.Fatalf("ForceUnlock = %v, %v", ok, err)
+	}
+	receive(t, gotC, 5*time.Second, "C gets the lock the forced release freed")
+}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // hotResult is what a hot-lock run measured.
@@ -87,16 +89,23 @@ func hot(r *report, addr string) {
 	sec := section{title: "11. Hot lock: one lock, many goroutines",
 		note: fmt.Sprintf("One lock, every goroutine taking it, leaving at once (no work inside) and taking it again, for %s: 64 goroutines on one Client (handle), then 16 on each of 4 Clients. ", each) +
 			"Acquisitions per second; wait p50/p99/max: each Lock call's duration; min per goroutine: the fewest acquisitions one goroutine made; Client shares: each Client's acquisitions against a fair share (a quarter), the smallest and the largest. Overlaps: acquisitions made while another goroutine was inside (any is a broken lock). Hung as in section 3. " +
+			"The floor is what a lock costs that needs one round trip per holder, with the same goroutine hops: a token passed between the goroutines in the process, each of which, once it has it, sends one PING before it counts an acquisition (a lock whose holders Redis records pays at least that: the previous holder's release must reach Redis before the next may hold). " +
 			"Targets: relock ≥ 2 × the best peer with one Client, ≥ 1.5 × with 4 Clients, each Client's share within 0.5–2 × a fair share.",
 		head: []string{"", "Clients × goroutines", "acquisitions/s", "wait p50", "wait p99", "wait max", "min per goroutine", "Client shares", "overlaps", "hung"}}
 	rates := map[string]map[int]float64{}
 	shares := map[string][2]float64{}
 	overlaps := 0
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rdb.Close()
 	for _, shape := range [][2]int{{1, 64}, {4, 16}} {
 		clients, per := shape[0], shape[1]
 		var handles [][]locker // per Client, every library
+		floor := &bounded{locker: newHandoffFloor(rdb)}
 		for range clients {
-			handles = append(handles, peers(addr))
+			handles = append(handles, append([]locker{floor}, peers(addr)...))
 		}
 		for i := range handles[0] {
 			var ls []locker
@@ -123,7 +132,7 @@ func hot(r *report, addr string) {
 				fmt.Sprint(h.overlaps), hungCount(ls...)})
 		}
 		for _, h := range handles {
-			closeAll(h)
+			closeAll(h[1:]) // the floor's client is closed at the end
 		}
 	}
 	sec.verdicts = append(sec.verdicts, verdict(overlaps == 0, "%d overlapping holds (target 0)", overlaps))
@@ -133,15 +142,49 @@ func hot(r *report, addr string) {
 	}{{1, 2}, {4, 1.5}} {
 		best, bestName := 0.0, ""
 		for name, rs := range rates {
-			if name != "relock" && rs[shape.clients] > best {
+			if name != "relock" && name != floorName && rs[shape.clients] > best {
 				best, bestName = rs[shape.clients], name
 			}
 		}
 		rl := rates["relock"][shape.clients]
+		fl := rates[floorName][shape.clients]
 		sec.verdicts = append(sec.verdicts, verdict(best > 0 && rl >= shape.target*best,
-			"%d Client(s): relock %.0f acquisitions/s = %.2f × the best peer, %s (target ≥ %.1f ×)", shape.clients, rl, rl/max(best, 1), bestName, shape.target))
+			"%d Client(s): relock %.0f acquisitions/s = %.2f × the best peer, %s (target ≥ %.1f ×); %.2f × the floor of one round trip per acquisition", shape.clients, rl, rl/max(best, 1), bestName, shape.target, rl/max(fl, 1)))
 	}
 	s := shares["relock"]
 	sec.verdicts = append(sec.verdicts, verdict(s[0] >= 0.5 && s[1] <= 2, "4 Clients: relock's Client shares %.2f–%.2f × a fair share (target 0.5–2 ×)", s[0], s[1]))
 	r.add(sec)
 }
+
+// floorName names the hot scenario's floor (newHandoffFloor).
+const floorName = "floor: one round trip per holder"
+
+// handoffFloor is the hot scenario's floor: a token passed between the goroutines of the process (one
+// holder at a time, as with a lock), where each new holder pays one round trip (a PING) before it holds.
+type handoffFloor struct {
+	rdb   rueidis.Client
+	token chan struct{}
+}
+
+func newHandoffFloor(rdb rueidis.Client) *handoffFloor {
+	f := &handoffFloor{rdb: rdb, token: make(chan struct{}, 1)}
+	f.token <- struct{}{}
+	return f
+}
+
+func (f *handoffFloor) name() string { return floorName }
+
+func (f *handoffFloor) lock(ctx context.Context, _ string) (func() error, error) {
+	select {
+	case <-f.token:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if err := f.rdb.Do(ctx, f.rdb.B().Ping().Build()).Error(); err != nil {
+		f.token <- struct{}{}
+		return nil, err
+	}
+	return func() error { f.token <- struct{}{}; return nil }, nil
+}
+
+func (f *handoffFloor) close() {}

@@ -83,8 +83,8 @@ type interopHold struct {
 
 // TestInteropNodeRedisson: Go workers (relock RLock) and Node workers (node-redisson, a Redisson-layout
 // client for Node.js) take one lock and increment a counter under it with a read-pause-write. It checks
-// that the counter is exact (mutual exclusion across the two implementations), that every release is
-// announced on Redisson's channel, that each side is woken by the other's releases, and that nothing is
+// that the counter is exact (mutual exclusion across the two implementations), that every release that
+// frees the lock is announced on Redisson's channel, that each side is woken by the other's releases, and that nothing is
 // left in Redis afterwards. A handoff is a worker that was waiting when the other side's holder called
 // unlock and took the lock next; its time runs from that unlock call to the waiter's lock call returning.
 // The subtests differ in the name: Redisson's companions of a name with braces are not those of a plain
@@ -369,15 +369,23 @@ func runInteropNode(t *testing.T, node, dir, sub, name string) {
 	}
 	s.note("holds go=%d node=%d, counter exact", goHolds, nodeHolds)
 
-	// Every release announced on Redisson's channel, by both sides.
-	if got := obs.await(channel, len(holds), 3*time.Second); got != len(holds) {
+	// Every release that freed the lock announced on Redisson's channel, by both sides. A relock Client
+	// hands the lock to another of its own waiters without freeing it (docs/redisson.md, "Handoffs within a
+	// Client"): such a release announces nothing, and can only be followed by a hold of the same Client.
+	slices.SortFunc(holds, func(a, b interopHold) int { return cmp.Compare(a.acq, b.acq) })
+	sameClient := 0
+	for i := 1; i < len(holds); i++ {
+		if holds[i-1].side == "go" && holds[i].side == "go" && goClient(holds[i-1].worker) == goClient(holds[i].worker) {
+			sameClient++
+		}
+	}
+	if got := obs.await(channel, len(holds)-sameClient, 3*time.Second); got < len(holds)-sameClient || got > len(holds) {
 		s.violations++
-		s.note("%s", obs.describe(channel, len(holds)))
-		t.Errorf("%s", obs.describe(channel, len(holds)))
+		s.note("%s (%d releases followed by a hold of the same Client)", obs.describe(channel, len(holds)), sameClient)
+		t.Errorf("%s; %d releases followed by a hold of the same Client, which may have handed it over", obs.describe(channel, len(holds)), sameClient)
 	}
 
 	// Handoffs: a worker that was waiting when the other side released, and took the lock next.
-	slices.SortFunc(holds, func(a, b interopHold) int { return cmp.Compare(a.acq, b.acq) })
 	var toGo, toNode []time.Duration
 	var nodeTimeouts, nodeNoWait int
 	for i := 1; i < len(holds); i++ {
@@ -684,4 +692,10 @@ func (w *nodeWorker) consume(run *interopRun, done *atomic.Int32) {
 	if run.ctx.Err() == nil {
 		run.abort("%s ended without finishing: %s", w.name, strings.TrimSpace(w.stderr.String()))
 	}
+}
+
+// goClient is the Client of a Go worker ("go-<client>.<goroutine>").
+func goClient(worker string) string {
+	c, _, _ := strings.Cut(worker, ".")
+	return c
 }
