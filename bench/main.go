@@ -740,9 +740,9 @@ func contention(r *report, srv *redistest.Server) {
 	defer rdb.Close()
 	each := dur(4 * time.Second)
 	sec := section{title: fmt.Sprintf("10. Contention at scale: one lock, %d goroutines on each of C Clients", perClient),
-		note: fmt.Sprintf("C relock Clients (C = %v) on the server directly, %d goroutines on each (each acquisition with an owner token of its own), all after one lock: each owner holds it 1 ms, unlocks and at once tries again, for %s; RLock (Client.Lock), then FairLock (Client.FairLock), each on its own lock, with CONFIG RESETSTAT before each. ", contentionClients, perClient, each) +
+		note: fmt.Sprintf("C relock Clients (C = %v) on the server directly, %d goroutines on each (each acquisition with an owner token of its own), all after one lock: each owner holds it 1 ms, unlocks and at once tries again, for %s; RLock (Client.Lock), then FairLock (Client.FairLock), then the peers (redsync, bsm/redislock and rueidislock, each in its best configuration, on C handles), each on its own lock, with CONFIG RESETSTAT before each. ", contentionClients, perClient, each) +
 			"Handoff: the time the lock sat free between two different owners, from the start of an Unlock call to the next acquisition by another owner. Min/max: acquisitions per owner. Overlaps: acquisitions made while another owner was still inside (any is a broken lock). " +
-			"Script runs: EVALSHA and EVAL calls (INFO commandstats) per acquisition; Redis CPU: used_cpu_sys + used_cpu_user (INFO cpu) over the run, per acquisition, everything the server did (pub/sub delivery too); script µs: EVALSHA and EVAL usec (INFO commandstats) per acquisition. " +
+			"Script runs: EVALSHA and EVAL calls (INFO commandstats) per acquisition (the peers' scripts too: rueidislock also waits on client-side caching invalidations, redsync and bsm/redislock retry on timers); Redis CPU: used_cpu_sys + used_cpu_user (INFO cpu) over the run, per acquisition, everything the server did (pub/sub delivery too); script µs: EVALSHA and EVAL usec (INFO commandstats) per acquisition. " +
 			"An RLock release names one waiting relock owner, on its Client's own channel, and tells the other relock Clients so on Redisson's channel, where it also publishes Redisson's unlock message for Redisson's waiters (docs/redisson.md, \"One waiter woken per release\"); a FairLock release wakes the first live waiter of its queue, on that waiter's own channel. " +
 			"Targets: RLock ≤ 4 script runs per acquisition, its Redis CPU per acquisition at C = 32 within 1.5 × its value at C = 2, and its handoff p50 at C = 32 within 1.5 × the 2-owner handoff (the first row, measured as section 3 does).\n\n" +
 			"![Redis CPU and script runs per acquisition against the number of Clients](contention.svg)",
@@ -770,21 +770,34 @@ func contention(r *report, srv *redistest.Server) {
 		return pct(h.waits, .5)
 	}()
 	sec.rows = append(sec.rows, []string{"RLock, 2 owners", "2", "", us(two), "", "", "", "", "", ""})
-	for _, kind := range []string{"RLock", "FairLock"} {
+	for _, kind := range []string{"RLock", "FairLock", "redsync", "bsm/redislock best", "rueidislock best"} {
 		cpuCurve, runCurve := curve{label: kind}, curve{label: kind}
 		for _, clients := range contentionClients {
 			var cs []*relock.Client
 			var ls []locker
 			for range clients {
-				c, err := relock.New([]string{srv.Addr()}, nil)
-				if err != nil {
-					log.Fatal(err)
-				}
-				cs = append(cs, c)
-				if kind == "RLock" {
-					ls = append(ls, &relockLocker{c: c})
-				} else {
-					ls = append(ls, fairLocker{c})
+				switch kind {
+				case "RLock", "FairLock":
+					c, err := relock.New([]string{srv.Addr()}, nil)
+					if err != nil {
+						log.Fatal(err)
+					}
+					cs = append(cs, c)
+					if kind == "RLock" {
+						ls = append(ls, &relockLocker{c: c})
+					} else {
+						ls = append(ls, fairLocker{c})
+					}
+				case "redsync":
+					ls = append(ls, &bounded{locker: newRedsync(srv.Addr())})
+				case "bsm/redislock best":
+					ls = append(ls, &bounded{locker: newRedislock(srv.Addr(), true)})
+				default:
+					l, err := newRueidisLock(srv.Addr(), true)
+					if err != nil {
+						log.Fatal(err)
+					}
+					ls = append(ls, &bounded{locker: l})
 				}
 			}
 			if err := rdb.Do(ctx, rdb.B().ConfigResetstat().Build()).Error(); err != nil {
@@ -796,6 +809,9 @@ func contention(r *report, srv *redistest.Server) {
 			calls, usec := commandStats(rdb, "evalsha", "eval")
 			for _, c := range cs {
 				c.Close()
+			}
+			if cs == nil {
+				closeAll(ls)
 			}
 			n := max(h.total, 1)
 			x := result{h: h, runs: float64(calls) / float64(n), cpu: cpu / time.Duration(n), usec: usec / float64(n)}

@@ -152,7 +152,7 @@ type lineChart struct {
 // lineCharts draws each chart as lines over a logarithmic axis of Clients, stacked.
 func lineCharts(charts []lineChart) string {
 	const width, plotH, left, right, top = 760, 220, 70, 150, 40
-	colors := []string{"#2b7bb9", "#d9822b", "#5b9e4d", "#9b59b6"}
+	colors := []string{"#2b7bb9", "#d9822b", "#5b9e4d", "#9b59b6", "#c0392b", "#7f8c8d"}
 	var b strings.Builder
 	height := len(charts) * (plotH + top + 50)
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", width, height)
