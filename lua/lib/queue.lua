@@ -110,6 +110,21 @@ local function shorten_waits(timeouts, owners, wait)
     end
   end
   local all = redis.call('zrange', timeouts, 0, -1, 'WITHSCORES')
+  local ttl = redis.call('pttl', timeouts)
+  local args = {}
+  if not behind then
+    -- Every score falls by wait: the order stays ZRANGE's, written from the end.
+    for i = #all - 1, 1, -2 do
+      args[#args + 1] = tonumber(all[i + 1]) - wait
+      args[#args + 1] = all[i]
+    end
+    redis.call('del', timeouts)
+    redis.call('zadd', timeouts, unpack(args))
+    if ttl > 0 then
+      redis.call('pexpire', timeouts, ttl)
+    end
+    return
+  end
   local entries = {}
   for i = 1, #all, 2 do
     local score = tonumber(all[i + 1])
@@ -124,9 +139,7 @@ local function shorten_waits(timeouts, owners, wait)
     end
     return a[2] > b[2]
   end)
-  local ttl = redis.call('pttl', timeouts)
   redis.call('del', timeouts)
-  local args = {}
   for _, e in ipairs(entries) do
     args[#args + 1] = e[1]
     args[#args + 1] = e[2]
