@@ -116,12 +116,8 @@ func (gs *gates) enter(ctx context.Context, name string, t handoffTarget, deadli
 	g.queue = append(g.queue, e)
 	gs.mu.Unlock()
 
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		timer := time.NewTimer(time.Until(deadline))
-		defer timer.Stop()
-		timeout = timer.C
-	}
+	timeout, stopTimer := deadlineTimer(deadline)
+	defer stopTimer()
 	var err error
 	for {
 		select {
@@ -256,12 +252,8 @@ func (gs *gates) attempting(ctx context.Context, e *gateWaiter, deadline time.Ti
 		return handoff{}, nil
 	}
 	gs.mu.Unlock()
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		timer := time.NewTimer(time.Until(deadline))
-		defer timer.Stop()
-		timeout = timer.C
-	}
+	timeout, stopTimer := deadlineTimer(deadline)
+	defer stopTimer()
 	var err error
 	select {
 	case h := <-e.outcome:
@@ -436,4 +428,14 @@ func (gs *gates) waiters(name string) int {
 		n++
 	}
 	return n
+}
+
+// deadlineTimer returns a channel that delivers at deadline (nil, never, for a zero deadline), and the
+// function that stops its timer.
+func deadlineTimer(deadline time.Time) (<-chan time.Time, func()) {
+	if deadline.IsZero() {
+		return nil, func() {}
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	return timer.C, func() { timer.Stop() }
 }

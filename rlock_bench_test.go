@@ -3,7 +3,6 @@ package relock_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strconv"
@@ -380,41 +379,28 @@ func BenchmarkParallel64Ratio(b *testing.B) {
 // (see docs/performance.md). Reported per acquisition.
 func BenchmarkHotLock(b *testing.B) {
 	_, c := benchClient(b)
-	l := c.Lock("bench:hot")
-	var inside atomic.Int32
-	b.SetParallelism(64 / max(1, runtime.GOMAXPROCS(0)))
-	b.RunParallel(func(pb *testing.PB) {
-		ctx := relock.WithOwner(context.Background(), fmt.Sprint("hot-", time.Now().UnixNano(), rand.Uint64()))
-		for pb.Next() {
-			if err := l.Lock(ctx); err != nil {
-				b.Error(err)
-				return
-			}
-			if inside.Add(1) != 1 {
-				b.Error("two owners inside")
-			}
-			inside.Add(-1)
-			if err := l.Unlock(ctx); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	hotLock(b, []*relock.Client{c}, "bench:hot")
 }
 
 // BenchmarkHotLockAcrossClients is BenchmarkHotLock with the 64 goroutines spread over 4 Clients: each
 // Client hands the lock to its own waiters a few times in a row, then lets the others go first.
 func BenchmarkHotLockAcrossClients(b *testing.B) {
-	var cs [4]*relock.Client
-	for i := range cs {
-		_, cs[i] = benchClient(b)
+	var cs []*relock.Client
+	for range 4 {
+		_, c := benchClient(b)
+		cs = append(cs, c)
 	}
-	var next atomic.Int32
-	var inside atomic.Int32
+	hotLock(b, cs, "bench:hot-clients")
+}
+
+// hotLock runs 64 goroutines, spread over cs, each with an owner of its own, that take the lock name and
+// let go of it at once, b.N times in all; any two of them inside at once fail b.
+func hotLock(b *testing.B, cs []*relock.Client, name string) {
+	var next, inside atomic.Int32
 	b.SetParallelism(64 / max(1, runtime.GOMAXPROCS(0)))
 	b.RunParallel(func(pb *testing.PB) {
 		i := next.Add(1)
-		l := cs[int(i)%len(cs)].Lock("bench:hot-clients")
+		l := cs[int(i)%len(cs)].Lock(name)
 		ctx := relock.WithOwner(context.Background(), fmt.Sprint("hot-", i))
 		for pb.Next() {
 			if err := l.Lock(ctx); err != nil {
