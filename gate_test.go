@@ -320,3 +320,47 @@ func TestWaiterAfterAHandoffWaitsInRedis(t *testing.T) {
 	}
 	receive(t, gotC, 5*time.Second, "C gets the lock the forced release freed")
 }
+
+// A release that lets other Clients go first may wake nobody who wants the lock: a process that only
+// listens on Redisson's channel (a monitor, a Redisson client that is about to give up). The Client's own
+// waiters must then still get the lock, a moment later, not at the holder's TTL (see gates.yielded).
+func TestYieldingToAListenerThatDoesNotTakeTheLock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const name = "listened"
+	sub := rawClient(t, srv)
+	channel := "redisson_lock__channel:{" + name + "}"
+	go func() {
+		_ = sub.Receive(ctx, sub.B().Subscribe().Channel(channel).Build(), func(rueidis.PubSubMessage) {})
+	}()
+	eventually(t, 5*time.Second, "the listener subscribes", func() bool { return numsub(t, rawClient(t, srv), channel) == 1 })
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			owner := relock.WithOwner(ctx, fmt.Sprint("g", g))
+			for range 40 {
+				if err := c.Lock(name).Lock(owner); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(200 * time.Microsecond)
+				if err := c.Lock(name).Unlock(owner); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// 80 acquisitions, about 9 of them after a release that yielded: a few ms each, not the 30 s TTL.
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("80 acquisitions took %v: waiters slept after releases that woke only a listener", took)
+	} else {
+		t.Logf("80 acquisitions in %v", took)
+	}
+}
