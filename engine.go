@@ -101,6 +101,9 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	ao := acquireOp{kind: l.kind, name: l.name, channel: l.spec.waitChannel(call.field), wait: wait, owner: owner}
 	if join {
 		ao.named = q.wakes
+		if q.freeWakes {
+			ao.taken = l.taken
+		}
 	}
 	if l.kind == kindRLock && wait != 0 && l.ack.replicas == 0 && !l.c.holds.held(k) {
 		// A waiter, not a reentry: it waits in the Client's gate for the lock (see gates).
@@ -126,6 +129,20 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 		return false, l.fail(ctx, op, err)
 	}
 	return ok, nil
+}
+
+// taken reads whether the lock is taken, and how long its hold may still last (see acquireOp.taken).
+func (l *RLock) taken(ctx context.Context) (bool, time.Duration, error) {
+	ms, err := l.c.do(ctx, l.c.rdb.B().Pttl().Key(l.name).Build()).AsInt64()
+	switch {
+	case err != nil:
+		return false, 0, err
+	case ms == -2: // no key: free
+		return false, 0, nil
+	case ms == -1: // no expiry
+		return true, -1, nil
+	}
+	return true, durationMillis(ms), nil
 }
 
 // attempt runs the acquire script once.

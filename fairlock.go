@@ -60,8 +60,11 @@ func (c *Client) fairLock(name string, o lockOptions, election bool) *FairLock {
 	// Every queue script's keys: the lock, the queue, Redisson's scores, relock's liveness, the channel.
 	keys := []string{name, companion("redisson_lock_queue", name), companion("redisson_lock_timeout", name), alive, channel}
 	// The acquisition reads the companions that tell another kind (lua/lib/kinds.lua).
+	// The scripts that shift Redisson's scores use a scratch set, which lives only within their run.
+	scratch := companion("relock_lock_shift", name)
 	s := &fairSpec{channel: channel,
-		acquireKeys: append(slices.Clip(keys), undoneKey(name), companion("relock_rwlock_writers", name), companion("relock_election", name)),
+		acquireKeys: append(slices.Clip(keys), undoneKey(name), companion("relock_rwlock_writers", name),
+			companion("relock_election", name), scratch),
 		releaseKeys: append(slices.Clip(keys), companion("relock_release", name), undoneKey(name))}
 	if election {
 		s.election = "1"
@@ -69,8 +72,8 @@ func (c *Client) fairLock(name string, o lockOptions, election bool) *FairLock {
 	if o.fenced {
 		s.acquireKeys = append(s.acquireKeys, companion("redisson_lock_token", name))
 	}
-	s.q = &waitQueue{c: c, entries: alive, leave: scriptFairLeave, leaveKeys: keys, message: unlockMessage,
-		refresh: renewal{script: scriptFairRefresh, keys: keys}, publishes: true}
+	s.q = &waitQueue{c: c, entries: alive, leave: scriptFairLeave, leaveKeys: append(slices.Clip(keys), scratch), message: unlockMessage,
+		refresh: renewal{script: scriptFairRefresh, keys: keys}, publishes: true, freeWakes: true}
 	if c != nil {
 		s.aliveTTL, s.wait = c.watchdogTimeoutArg, c.fairLockWaitArg
 		s.q.leaveArgs = []string{c.fairLockWaitArg}
@@ -84,7 +87,7 @@ func (c *Client) fairLock(name string, o lockOptions, election bool) *FairLock {
 // channel; their queue (waitQueue) is kept alive by the watchdog.
 type fairSpec struct {
 	channel     string
-	acquireKeys []string // the queue scripts' keys, the undone marks, other kinds' companions, the fencing counter if fenced
+	acquireKeys []string // the queue scripts' keys, the undone marks, other kinds' companions, the scratch set, the fencing counter if fenced
 	releaseKeys []string // the queue scripts' keys, the release record, the undone attempts' marks
 	aliveTTL    string   // how long a waiter stays alive unrefreshed: the watchdog timeout, ms
 	wait        string   // Redisson's fair lock wait time, ms

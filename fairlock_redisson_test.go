@@ -743,3 +743,54 @@ func TestFairLockScoresFollowRedissonArithmetic(t *testing.T) {
 		}
 	}
 }
+
+// A waiter that gives up shortens the waits of the owners behind it that have a score, and only theirs: a
+// queued owner without one (a stray entry pushed by hand) does not get one. The scratch set the queue's
+// scripts shift the scores with never outlives their run.
+func TestFairLockLeaveShiftsOnlyScoredWaiters(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	c := newClient(t, srv, fastWatchdog)
+	java := newRedissonFair(rdb, redissonWait)
+	ctx := ctxTimeout(t, 30*time.Second)
+	if err := java.lock(ctx, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	r1, j1 := relockParty{c, "r1"}, javaParty{java, "j1"}
+	leaveCtx, leave := context.WithCancel(ctx)
+	h1 := startHolding(leaveCtx, r1)
+	waitQueueLen(t, rdb, 1)
+	h2 := startHolding(ctx, j1)
+	waitQueueLen(t, rdb, 2)
+	const stray = "stray:1"
+	do(t, rdb, "RPUSH", fairQueue, stray)
+	before, _ := zscore(t, rdb, fairDeadlines, j1.owner())
+
+	leave()
+	if err := <-h1.done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("r1 = %v", err)
+	}
+	eventually(t, 5*time.Second, "r1 leaves the queue", func() bool {
+		return slices.Equal(queue(t, rdb), []string{j1.owner(), stray})
+	}, func() string { return fmt.Sprint(queue(t, rdb)) })
+	if got, _ := zscore(t, rdb, fairDeadlines, j1.owner()); got != before-float64(redissonWait.Milliseconds()) {
+		t.Fatalf("j1's score after r1 left = %v, want %v - the wait time", got, before)
+	}
+	if s, ok := zscore(t, rdb, fairDeadlines, stray); ok {
+		t.Fatalf("the stray entry got a score, %v", s)
+	}
+	if n, _ := do(t, rdb, "EXISTS", "relock_lock_shift:{fair}").AsInt64(); n != 0 {
+		t.Fatal("the scratch set outlived the script")
+	}
+
+	do(t, rdb, "LREM", fairQueue, "0", stray)
+	if err := java.unlock(ctx, "holder"); err != nil {
+		t.Fatal(err)
+	}
+	h2.waitAcquired(t, "j1")
+	close(h2.release)
+	if err := <-h2.done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -359,6 +359,40 @@ func TestFairLockUnlockWakesOnlyTheHead(t *testing.T) {
 	wg.Wait()
 }
 
+// A waiter that finds the lock taken runs the acquire script once before it is woken: as it begins to
+// listen, one PTTL tells it the lock is still taken (any release from then on wakes it), instead of a
+// second attempt. A release that came before it listened is not missed: see TestWaitReadingAFreeLock...
+func TestFairLockWaiterAttemptsOnceBeforeItIsWoken(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	holder := relock.WithOwner(ctx, "holder")
+	if err := a.FairLock("fair").Lock(holder); err != nil {
+		t.Fatal(err)
+	}
+	do(t, rdb, "CONFIG", "RESETSTAT")
+	got := make(chan error, 1)
+	waiter := relock.WithOwner(ctx, "waiter")
+	go func() { got <- b.FairLock("fair").Lock(waiter) }()
+	waitQueueLen(t, rdb, 1)
+	time.Sleep(200 * time.Millisecond)
+	calls := commandCalls(t, rdb)
+	if scripts := calls["evalsha"] + calls["eval"]; scripts != 1 || calls["subscribe"] != 1 {
+		t.Fatalf("a waiter on a taken lock: %d script runs (want 1), %d subscriptions (want 1): %v", scripts, calls["subscribe"], calls)
+	}
+	if err := a.FairLock("fair").Unlock(holder); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if err := b.FairLock("fair").Unlock(waiter); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestFairLockQueueOrderHoldsForFreeLockAndLongWaits(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)

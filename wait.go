@@ -36,6 +36,13 @@ type acquireOp struct {
 	// queued, if not nil, is set when the acquisition waited in its gate before its first attempt: that
 	// attempt is made while waiting (it joins the lock's waiting owners, as later ones do).
 	queued *bool
+	// taken, if not nil, replaces the attempt a waiter makes as it begins to listen, which catches a
+	// release it could have missed since its first attempt, with one read of the lock, for the kinds whose
+	// waiters are only ever woken by a release that frees the lock (a FairLock's): while the lock is taken,
+	// every wake-up to come reaches the listening waiter. It reports whether the lock is taken, and how
+	// long its hold may still last (< 0: no expiry known). A free lock, or an error, makes the waiter
+	// attempt at once, as the others do.
+	taken func(ctx context.Context) (taken bool, holderTTL time.Duration, err error)
 }
 
 // acquire runs op in the shared wait loop, inside a "relock.acquire" span, and records its outcome. Close
@@ -66,8 +73,8 @@ func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, 
 }
 
 // acquireWaiting is the wait loop of every lock type: try; if the lock is taken, subscribe to op's release
-// channel, try again (a release between the first try and the subscription would otherwise be missed),
-// then sleep until a release notification, the holder's TTL, the end of op's wait, or ctx, and try again.
+// channel, try again (a release between the first try and the subscription would otherwise be missed;
+// op.taken may tell there was none), then sleep until a release notification, the holder's TTL, the end of op's wait, or ctx, and try again.
 // A wait < 0 lasts as long as ctx allows; 0 makes one attempt. The hub is told which notifications an
 // answered attempt looked at: the others go to other waiters when this one leaves.
 func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) (bool, error) {
@@ -97,12 +104,13 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 	// server, where a release knows whether its Client heard the name (lua/lib/waiters.lua).
 	hears := func(named bool) bool { return op.named == "" || c.cluster || !named }
 	named := true
+	firstTTL := time.Duration(-1) // the first attempt's holderTTL
 	if !waited {
 		// The first attempt, before waiting. One that waited in its gate begins to wait at once instead:
 		// it listens, then makes its first attempt as a waiter (and rides out a short outage as one).
 		var ok bool
 		var err error
-		ok, _, named, err = try(ctx)
+		ok, firstTTL, named, err = try(ctx)
 		if ok && e != nil {
 			c.gates.fromRedis(e)
 		}
@@ -146,6 +154,7 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 	}()
 	var troubleSince time.Time // when attempts began to fail with transient errors
 	var retry backoff
+	recheck := op.taken != nil && !waited // the first attempt was made before listening
 	for {
 		if e != nil {
 			h, err := c.gates.attempting(ctx, e, deadline, c.hub.done)
@@ -159,43 +168,55 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 				return op.gate.take(ctx, h)
 			}
 		}
-		w.attempting()
-		ok, ttl, named, err := try(ctx)
-		if err == nil {
-			c.hub.answered(w, ok)
-		}
-		if ok {
-			if e != nil {
-				c.gates.fromRedis(e)
-			}
-			return true, nil
-		}
-		if err == nil && !w.hears && hears(named) {
-			// The holder's release may not name this waiter (a Redisson client's): hear the channel, then
-			// try again, as after joining. A subscription that fails is ridden out as an attempt's failure.
-			if err = c.hub.hear(ctx, w); err == nil {
-				continue
+		var ttl time.Duration
+		attempt := true
+		if recheck {
+			recheck = false
+			if taken, holderTTL, err := op.taken(ctx); err == nil && taken {
+				attempt, ttl = false, shorterWait(firstTTL, holderTTL)
 			}
 		}
-		if err != nil && e != nil {
-			c.gates.trouble(e, true)
-		}
-		if err != nil {
-			// A waiter rides out a short outage (a restart, a cluster failover) rather than give up its
-			// wait: it tries again, backing off, for up to transientGrace. The first attempt, made before
-			// waiting, reports errors at once.
-			if !transient(err) || ctx.Err() != nil {
-				return false, err
+		if attempt {
+			w.attempting()
+			ok, holderTTL, named, err := try(ctx)
+			ttl = holderTTL
+			if err == nil {
+				c.hub.answered(w, ok)
 			}
-			if troubleSince.IsZero() {
-				troubleSince = time.Now()
-			} else if time.Since(troubleSince) > transientGrace {
-				return false, err
+			if ok {
+				if e != nil {
+					c.gates.fromRedis(e)
+				}
+				return true, nil
 			}
-			ttl = retry.pause()
-		} else {
-			troubleSince = time.Time{}
-			retry.reset()
+			if err == nil && !w.hears && hears(named) {
+				// The holder's release may not name this waiter (a Redisson client's): hear the channel,
+				// then try again, as after joining. A subscription that fails is ridden out as an
+				// attempt's failure.
+				if err = c.hub.hear(ctx, w); err == nil {
+					continue
+				}
+			}
+			if err != nil && e != nil {
+				c.gates.trouble(e, true)
+			}
+			if err != nil {
+				// A waiter rides out a short outage (a restart, a cluster failover) rather than give up
+				// its wait: it tries again, backing off, for up to transientGrace. The first attempt,
+				// made before waiting, reports errors at once.
+				if !transient(err) || ctx.Err() != nil {
+					return false, err
+				}
+				if troubleSince.IsZero() {
+					troubleSince = time.Now()
+				} else if time.Since(troubleSince) > transientGrace {
+					return false, err
+				}
+				ttl = retry.pause()
+			} else {
+				troubleSince = time.Time{}
+				retry.reset()
+			}
 		}
 		sleep := ttl
 		if !deadline.IsZero() {
@@ -261,4 +282,12 @@ func (c *Client) joinRidingOut(ctx context.Context, op acquireOp, hears bool, er
 		}
 	}
 	return nil, err
+}
+
+// shorterWait returns the shorter of two holderTTLs (< 0: no bound).
+func shorterWait(a, b time.Duration) time.Duration {
+	if a < 0 || b >= 0 && b < a {
+		return b
+	}
+	return a
 }

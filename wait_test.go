@@ -450,3 +450,85 @@ func TestWaitTimedOutAsWokenLeavesNothingFreeUnseen(t *testing.T) {
 		})
 	}
 }
+
+// takenLock answers op.taken as the test decides, and counts the reads.
+type takenLock struct {
+	mu     sync.Mutex
+	reads  int
+	answer func() (bool, time.Duration, error)
+}
+
+func (l *takenLock) taken(context.Context) (bool, time.Duration, error) {
+	l.mu.Lock()
+	l.reads++
+	l.mu.Unlock()
+	return l.answer()
+}
+
+func (l *takenLock) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reads
+}
+
+func waitAsyncTaken(ctx context.Context, c *Client, l *scriptedLock, tk *takenLock) <-chan waited {
+	res := make(chan waited, 1)
+	go func() {
+		ok, err := c.acquireWaiting(ctx, acquireOp{channel: "a", wait: -1, taken: tk.taken}, l.try)
+		res <- waited{ok, err, time.Since(l.start)}
+	}()
+	return res
+}
+
+// For a kind whose waiters are woken only by releases that free the lock (op.taken), a waiter that finds
+// the lock still taken once it listens reads it instead of attempting again, sleeps until the shorter of
+// the two holder TTLs it knows, and tries again then, or on a release.
+func TestWaitReadsTheLockInsteadOfASecondAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, r, _ := testWaitClient(t)
+		l := newScriptedLock(func(n int, _ time.Duration) (bool, time.Duration, error) {
+			return n == 3, 10 * time.Second, nil
+		})
+		tk := &takenLock{answer: func() (bool, time.Duration, error) { return true, 4 * time.Second, nil }}
+		res := waitAsyncTaken(context.Background(), c, l, tk)
+		time.Sleep(time.Second)
+		if got := l.attempts(); !slices.Equal(got, []time.Duration{0}) || tk.count() != 1 {
+			t.Fatalf("attempts at %v and %d reads while the lock was taken, want [0] and 1", got, tk.count())
+		}
+		time.Sleep(4 * time.Second) // the read's TTL (4 s) is the shorter: an attempt at 4 s
+		if got := l.attempts(); !slices.Equal(got, []time.Duration{0, 4 * time.Second}) {
+			t.Fatalf("attempts at %v, want [0 4s]", got)
+		}
+		r.publish("a", unlockMessage)
+		if w := <-res; !w.ok || w.err != nil || w.at != 5*time.Second {
+			t.Fatalf("wait = %v, %v at %v; want the lock at 5s, on the release", w.ok, w.err, w.at)
+		}
+		if n := tk.count(); n != 1 {
+			t.Fatalf("%d reads, want 1: only as the waiter begins to listen", n)
+		}
+	})
+}
+
+// A release between the first attempt and the subscription is not missed: the read finds the lock free
+// (or cannot tell) and the waiter attempts at once.
+func TestWaitReadingAFreeLockAttemptsAtOnce(t *testing.T) {
+	for _, answer := range []struct {
+		name  string
+		taken bool
+		err   error
+	}{{"free", false, nil}, {"error", true, errors.New("read failed")}} {
+		t.Run(answer.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c, _, _ := testWaitClient(t)
+				l := newScriptedLock(func(n int, _ time.Duration) (bool, time.Duration, error) {
+					return n == 2, time.Hour, nil
+				})
+				tk := &takenLock{answer: func() (bool, time.Duration, error) { return answer.taken, time.Hour, answer.err }}
+				w := <-waitAsyncTaken(context.Background(), c, l, tk)
+				if !w.ok || w.err != nil || !slices.Equal(l.attempts(), []time.Duration{0, 0}) {
+					t.Fatalf("wait = %v, %v; attempts at %v, want the lock on the second attempt, at once", w.ok, w.err, l.attempts())
+				}
+			})
+		})
+	}
+}

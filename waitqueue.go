@@ -28,6 +28,9 @@ type waitQueue struct {
 	// which usually acquires, leaves the queue alone (an RLock's waiting owners; a FairLock's waiter joins
 	// its queue at its first attempt, to keep its place).
 	lazy bool
+	// freeWakes says its waiters are only ever woken by a release that frees the lock (a FairLock's):
+	// one read of the lock replaces a waiter's attempt as it begins to listen (see acquireOp.taken).
+	freeWakes bool
 	// wakes, if not "", is the prefix of the channels on which a release wakes a waiting owner by name:
 	// each Client waiting listens on "<wakes>:<clientUUID>" (see lua/lib/waiters.lua).
 	wakes string

@@ -11,7 +11,8 @@
 --          the name a ReadWriteLock's
 -- KEYS[8]  an Election's stream of leaders, relock_election:{<name>}, read only: it makes the name an
 --          Election's (see ARGV[9])
--- KEYS[9]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
+-- KEYS[9]  a scratch set, relock_lock_shift:{<name>}, which lives only within the run (see lib/queue.lua)
+-- KEYS[10] fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
 -- ARGV[1]  how long the hold lives, in milliseconds (the lease, or the watchdog timeout)
 -- ARGV[2]  the owner field
 -- ARGV[3]  how long the owner stays alive without a refresh, in milliseconds (the watchdog timeout)
@@ -89,17 +90,17 @@ if free then
     end
     redis.call('zrem', KEYS[3], owner)
     redis.call('zrem', KEYS[4], owner)
-    shorten_waits(KEYS[3], nil, wait)
-    return first_hold(KEYS[1], owner, ttl, KEYS[9])
+    shorten_waits(KEYS[3], KEYS[9], nil, wait)
+    return first_hold(KEYS[1], owner, ttl, KEYS[10])
   end
   -- The head may be asleep: its notification went to a dead waiter just dropped, or never came (a
   -- Redisson waiter ahead of it gave up, which wakes nobody).
   redis.call(ARGV[7], KEYS[5] .. ':' .. head, ARGV[6])
 elseif redis.call('hexists', KEYS[1], owner) == 1 then
   if ARGV[9] == '1' then
-    return hold_again(KEYS[1], owner, ttl, KEYS[9])
+    return hold_again(KEYS[1], owner, ttl, KEYS[10])
   end
-  return reenter(KEYS[1], owner, ttl, KEYS[9])
+  return reenter(KEYS[1], owner, ttl, KEYS[10])
 end
 
 -- Not acquired: refresh the owner's entries, or join the queue at its end, with Redisson's score.

@@ -7,6 +7,7 @@
 -- KEYS[3]  the Redisson scores (see fair_acquire.lua)
 -- KEYS[4]  relock's waiters' alive times (see fair_acquire.lua)
 -- KEYS[5]  the channel prefix, redisson_lock__channel:{<name>}
+-- KEYS[6]  a scratch set, relock_lock_shift:{<name>}, which lives only within the run (see lib/queue.lua)
 -- ARGV[1]  the owner field
 -- ARGV[2]  the unlock message ("0")
 -- ARGV[3]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
@@ -19,7 +20,7 @@
 
 local pos = redis.call('lpos', KEYS[2], ARGV[1])
 if pos then
-  shorten_waits(KEYS[3], redis.call('lrange', KEYS[2], pos + 1, -1), tonumber(ARGV[4]))
+  shorten_waits(KEYS[3], KEYS[6], redis.call('lrange', KEYS[2], pos + 1, -1), tonumber(ARGV[4]))
   redis.call('lrem', KEYS[2], 0, ARGV[1])
 end
 redis.call('zrem', KEYS[3], ARGV[1])

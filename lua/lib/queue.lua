@@ -67,85 +67,31 @@ local function raise_score(timeouts, alive, owner, pos, wait)
   end
 end
 
--- shorten_waits subtracts wait from the scores of owners (all of them when owners is nil), those that have
--- one: Redisson's arithmetic for the waiters that were behind one who took the lock or gave up. It is the
--- one part of an acquisition whose cost grows with the queue, so it takes the cheaper way for the set's
--- encoding. A set of up to 128 members (Redis's default zset-max-listpack-entries) is a listpack, where
--- every lookup or update by member scans it: the set is read with one ZRANGE and written anew, highest
--- score first (each member then goes in at the front), with its TTL if it has one. A larger set is a skip
--- list: the scores are read with one ZMSCORE and written with one ZADD XX, a chunk of owners at a time.
-local function shorten_waits(timeouts, owners, wait)
-  if owners and #owners == 0 then
+-- shorten_waits subtracts wait from the scores of owners (every scored owner when owners is nil), those
+-- that have one: Redisson's arithmetic for the waiters that were behind one who took the lock or gave up.
+-- It is the one part of an acquisition whose cost grows with the queue, so Redis's own code does it in two
+-- commands, whatever the set's size or encoding: the owners go into scratch, a plain set (ZUNIONSTORE
+-- counts a set's members with score 1), and one ZUNIONSTORE adds that set, weighted by -wait, to the
+-- scores. With owners given, the scratch set first keeps those that have a score (ZINTERSTORE, weight 0
+-- on the scores). scratch lives only within this run; the scores keep their TTL, if they have one.
+local function shorten_waits(timeouts, scratch, owners, wait)
+  local every = not owners
+  if every then
+    owners = redis.call('zrange', timeouts, 0, -1)
+  end
+  if #owners == 0 or wait == 0 then
     return
   end
-  local n = redis.call('zcard', timeouts)
-  if n == 0 then
-    return
+  local chunk = 1000 -- members per SADD: unpack's limit is far above, and the commands stay short
+  for first = 1, #owners, chunk do
+    redis.call('sadd', scratch, unpack(owners, first, math.min(first + chunk - 1, #owners)))
   end
-  local chunk = 1000 -- members per command: unpack's limit is far above, and the commands stay short
-  if n > 128 then
-    owners = owners or redis.call('zrange', timeouts, 0, -1)
-    for first = 1, #owners, chunk do
-      local last = math.min(first + chunk - 1, #owners)
-      local scores = redis.call('zmscore', timeouts, unpack(owners, first, last))
-      local args = {}
-      for i = first, last do
-        local score = scores[i - first + 1]
-        if score then
-          args[#args + 1] = tonumber(score) - wait
-          args[#args + 1] = owners[i]
-        end
-      end
-      if #args > 0 then
-        redis.call('zadd', timeouts, 'XX', unpack(args))
-      end
-    end
-    return
-  end
-  local behind = nil
-  if owners then
-    behind = {}
-    for _, o in ipairs(owners) do
-      behind[o] = true
-    end
-  end
-  local all = redis.call('zrange', timeouts, 0, -1, 'WITHSCORES')
   local ttl = redis.call('pttl', timeouts)
-  local args = {}
-  if not behind then
-    -- Every score falls by wait: the order stays ZRANGE's, written from the end.
-    for i = #all - 1, 1, -2 do
-      args[#args + 1] = tonumber(all[i + 1]) - wait
-      args[#args + 1] = all[i]
-    end
-    redis.call('del', timeouts)
-    redis.call('zadd', timeouts, unpack(args))
+  if every or ttl ~= -2 and redis.call('zinterstore', scratch, 2, scratch, timeouts, 'WEIGHTS', 1, 0) > 0 then
+    redis.call('zunionstore', timeouts, 2, timeouts, scratch, 'WEIGHTS', 1, -wait)
     if ttl > 0 then
       redis.call('pexpire', timeouts, ttl)
     end
-    return
   end
-  local entries = {}
-  for i = 1, #all, 2 do
-    local score = tonumber(all[i + 1])
-    if not behind or behind[all[i]] then
-      score = score - wait
-    end
-    entries[#entries + 1] = {score, all[i]}
-  end
-  table.sort(entries, function(a, b)
-    if a[1] ~= b[1] then
-      return a[1] > b[1]
-    end
-    return a[2] > b[2]
-  end)
-  redis.call('del', timeouts)
-  for _, e in ipairs(entries) do
-    args[#args + 1] = e[1]
-    args[#args + 1] = e[2]
-  end
-  redis.call('zadd', timeouts, unpack(args))
-  if ttl > 0 then
-    redis.call('pexpire', timeouts, ttl)
-  end
+  redis.call('del', scratch)
 end
