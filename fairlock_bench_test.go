@@ -4,12 +4,16 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/redistest"
 )
 
 // BenchmarkFairHandoff8 keeps 8 waiters, 4 on each of two Clients, queued on one fair lock: each takes the
@@ -99,4 +103,118 @@ func BenchmarkFairHandoff8(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkFairLockQueue measures what a FairLock acquisition costs Redis as its queue grows: waiters
+// owners, 4 on each Client, on one fair lock of a server of their own, each holding it 1 ms, unlocking and
+// queueing again at once. Redisson's protocol subtracts the wait time from the score of every waiter
+// queued behind on each acquisition, so that part grows with the queue. It reports, per acquisition,
+// Redis's CPU (used_cpu_sys + used_cpu_user: everything the server did, pub/sub and sockets too), the
+// scripts' own time (commandstats) and the script runs. Run enough acquisitions for the queue to stay
+// full: go test -run '^$' -bench FairLockQueue -benchtime 3000x.
+func BenchmarkFairLockQueue(b *testing.B) {
+	for _, waiters := range []int{8, 32, 128, 512} {
+		b.Run("waiters="+strconv.Itoa(waiters), func(b *testing.B) { benchFairQueue(b, waiters) })
+	}
+}
+
+func benchFairQueue(b *testing.B, waiters int) {
+	srv := redistest.Start(b)
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rdb.Close()
+	clients := make([]*relock.Client, waiters/4)
+	for i := range clients {
+		if clients[i], err = relock.New([]string{srv.Addr()}, nil); err != nil {
+			b.Fatal(err)
+		}
+		defer clients[i].Close()
+	}
+	ctx := context.Background()
+	holder := relock.WithOwner(ctx, "starter")
+	if err := clients[0].FairLock("bench:queue").Lock(holder); err != nil {
+		b.Fatal(err)
+	}
+	var remaining atomic.Int64
+	remaining.Store(int64(b.N))
+	var wg sync.WaitGroup
+	for w := range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := relock.WithOwner(ctx, "w"+strconv.Itoa(w))
+			l := clients[w%len(clients)].FairLock("bench:queue")
+			for remaining.Add(-1) >= 0 {
+				if err := l.Lock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+				time.Sleep(time.Millisecond)
+				if err := l.Unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for queued := int64(0); queued < int64(min(waiters, b.N)); {
+		time.Sleep(10 * time.Millisecond)
+		if queued, err = rdb.Do(ctx, rdb.B().Llen().Key("redisson_lock_queue:{bench:queue}").Build()).AsInt64(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := rdb.Do(ctx, rdb.B().ConfigResetstat().Build()).Error(); err != nil {
+		b.Fatal(err)
+	}
+	cpu0 := serverCPU(b, rdb)
+	b.ResetTimer()
+	if err := clients[0].FairLock("bench:queue").Unlock(holder); err != nil {
+		b.Fatal(err)
+	}
+	wg.Wait()
+	b.StopTimer()
+	cpu := serverCPU(b, rdb) - cpu0
+	stats, err := rdb.Do(ctx, rdb.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var calls, usec float64
+	for line := range strings.Lines(stats) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+			for field := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
+				k, v, _ := strings.Cut(field, "=")
+				f, _ := strconv.ParseFloat(v, 64)
+				switch k {
+				case "calls":
+					calls = f
+				case "usec":
+					usec = f
+				}
+			}
+		}
+	}
+	n := float64(b.N)
+	b.ReportMetric(cpu.Seconds()*1e6/n, "redis-cpu-µs/acq")
+	b.ReportMetric(usec/n, "script-µs/acq")
+	b.ReportMetric(calls/n, "scripts/acq")
+}
+
+// serverCPU is the CPU time the Redis server has used (used_cpu_sys + used_cpu_user).
+func serverCPU(b *testing.B, rdb rueidis.Client) time.Duration {
+	info, err := rdb.Do(context.Background(), rdb.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for line := range strings.Lines(info) {
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }

@@ -79,8 +79,6 @@ type handoff struct {
 	sentAt time.Time
 }
 
-var gatePool = sync.Pool{New: func() any { return new(gate) }}
-
 // enter puts an acquisition of name in its gate, and returns its waiter once it is the head, with handed
 // false, or once a release handed it the lock (handed true: the waiter has left the gate; its hold is to
 // be recorded). It returns a nil waiter and no error when deadline (zero: none) passes first, and ctx's
@@ -90,7 +88,7 @@ func (gs *gates) enter(ctx context.Context, name string, t handoffTarget, deadli
 	gs.mu.Lock()
 	g := gs.m[name]
 	if g == nil {
-		g = gatePool.Get().(*gate)
+		g = new(gate)
 		if gs.m == nil {
 			gs.m = make(map[string]*gate)
 		}
@@ -207,18 +205,15 @@ func (gs *gates) leaveLocked(e *gateWaiter) {
 }
 
 // forgetIfEmptyLocked forgets g, name's gate, if nobody is in it and the lock's last holder did not get
-// it from the gate (its release counts in the streak), and reuses it unless a handoff to its first waiter
-// is still on its way.
+// it from the gate (its release counts in the streak). A gate is never reused: a waiter that still holds
+// its place in a forgotten gate (a handoff on its way to it, a head that has not run exit yet) finds it
+// unchanged.
 func (gs *gates) forgetIfEmptyLocked(g *gate, name string) {
 	if g.head != nil || len(g.queue) > 0 || g.streak > 0 {
 		return
 	}
 	if gs.m[name] == g {
 		delete(gs.m, name)
-	}
-	if !g.first.pending {
-		*g = gate{}
-		gatePool.Put(g)
 	}
 }
 
@@ -383,10 +378,6 @@ func (gs *gates) deliver(e *gateWaiter, h handoff) bool {
 	e.pending = false
 	g := e.g
 	if e.abandoned {
-		if g.head == nil && len(g.queue) == 0 && gs.m[e.name] != g && e == &g.first {
-			*g = gate{} // its last waiter left while this handoff was on its way (see leaveLocked)
-			gatePool.Put(g)
-		}
 		return false
 	}
 	if h.handed {
