@@ -79,6 +79,8 @@ type handoff struct {
 	sentAt time.Time
 }
 
+var gatePool = sync.Pool{New: func() any { return new(gate) }}
+
 // enter puts an acquisition of name in its gate, and returns its waiter once it is the head, with handed
 // false, or once a release handed it the lock (handed true: the waiter has left the gate; its hold is to
 // be recorded). It returns a nil waiter and no error when deadline (zero: none) passes first, and ctx's
@@ -88,7 +90,7 @@ func (gs *gates) enter(ctx context.Context, name string, t handoffTarget, deadli
 	gs.mu.Lock()
 	g := gs.m[name]
 	if g == nil {
-		g = new(gate)
+		g = gatePool.Get().(*gate)
 		if gs.m == nil {
 			gs.m = make(map[string]*gate)
 		}
@@ -205,15 +207,18 @@ func (gs *gates) leaveLocked(e *gateWaiter) {
 }
 
 // forgetIfEmptyLocked forgets g, name's gate, if nobody is in it and the lock's last holder did not get
-// it from the gate (its release counts in the streak). A gate is never reused: a waiter that still holds
-// its place in a forgotten gate (a handoff on its way to it, a head that has not run exit yet) finds it
-// unchanged.
+// it from the gate (its release counts in the streak), and reuses it unless a handoff to its first waiter
+// is still on its way (deliver then leaves the gate untouched: its waiter gave up). It puts a gate back in
+// the pool once only, as it takes it out of gs.m: a later call for a gate forgotten already (a waiter
+// leaving late) does nothing. Put twice, one gate would serve two locks at once.
 func (gs *gates) forgetIfEmptyLocked(g *gate, name string) {
-	if g.head != nil || len(g.queue) > 0 || g.streak > 0 {
+	if g.head != nil || len(g.queue) > 0 || g.streak > 0 || gs.m[name] != g {
 		return
 	}
-	if gs.m[name] == g {
-		delete(gs.m, name)
+	delete(gs.m, name)
+	if !g.first.pending {
+		*g = gate{}
+		gatePool.Put(g)
 	}
 }
 
