@@ -361,7 +361,8 @@ func TestFairLockUnlockWakesOnlyTheHead(t *testing.T) {
 
 // A waiter that finds the lock taken runs the acquire script once before it is woken: as it begins to
 // listen, one PTTL tells it the lock is still taken (any release from then on wakes it), instead of a
-// second attempt. A release that came before it listened is not missed: see TestWaitReadingAFreeLock...
+// second attempt. A release that came before it listened is not missed: see
+// TestWaitReadingAFreeLockAttemptsAtOnce.
 func TestFairLockWaiterAttemptsOnceBeforeItIsWoken(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)

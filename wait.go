@@ -74,7 +74,8 @@ func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, 
 
 // acquireWaiting is the wait loop of every lock type: try; if the lock is taken, subscribe to op's release
 // channel, try again (a release between the first try and the subscription would otherwise be missed;
-// op.taken may tell there was none), then sleep until a release notification, the holder's TTL, the end of op's wait, or ctx, and try again.
+// op.taken may tell there was none), then sleep until a release notification, the holder's TTL, the end
+// of op's wait, or ctx, and try again.
 // A wait < 0 lasts as long as ctx allows; 0 makes one attempt. The hub is told which notifications an
 // answered attempt looked at: the others go to other waiters when this one leaves.
 func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) (bool, error) {
