@@ -11,7 +11,7 @@ import (
 
 // A leader whose renewals run in Redis but whose replies are lost (the connection breaks each time before
 // they come back) is told it lost its leadership, though Redis still has it. The Client gives the
-// leadership up in Redis (see holdTable.timedOutLocked), and a "campaign again on loss" loop that
+// leadership up in Redis (see holdTable.endGivingUpLocked), and a "campaign again on loss" loop that
 // campaigns meanwhile waits for that: it gets a new term, and one Resign ends it. (Before, the Campaign
 // re-entered the lock: hold count 2, and Resign left the owner leading, renewed for ever.) The renewals run
 // on real Redis; a gate on the script runner loses their replies (gatedRunner.lose), which faultnet cannot

@@ -69,7 +69,7 @@ func newLock(c *Client, kind lockKind, name string, o lockOptions, channel strin
 
 // makeLock returns the lock value that newLock allocates, for a caller that allocates it with its spec.
 func makeLock(c *Client, kind lockKind, name string, o lockOptions, channel string, s spec) RLock {
-	return RLock{c: c, name: name, kind: kind, spec: s, fenced: o.fenced, ack: o.ack, channel: channel}
+	return RLock{c: c, name: name, kind: kind, spec: s, fenced: o.fenced, ack: o.ack, maxHold: o.maxHold, channel: channel}
 }
 
 func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duration) (bool, error) {
@@ -86,12 +86,22 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	q := l.spec.queue()
 	join := q != nil && wait != 0 // the owner joins the queue while it waits
 	call := acquireCall{ttl: ttlArg, owner: owner, field: l.spec.field(owner), join: join && !q.lazy}
+	k := holdKey{key: l.name, field: call.field}
+	if l.maxHold < 0 {
+		return false, l.fail(ctx, op, ErrInvalidDuration)
+	}
+	// A hold with a budget (WithMaxHold) is never given a time to live past it.
+	if capped, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
+		return false, l.fail(ctx, op, err)
+	} else if capped != ttl {
+		ttl = capped
+		call.ttl, ttlArg = fmtMillis(ttl), fmtMillis(ttl)
+	}
 	if q != nil && q.publishes {
 		if call.publish, err = l.c.publishCommand(ctx, l.channel); err != nil {
 			return false, l.fail(ctx, op, err)
 		}
 	}
-	k := holdKey{key: l.name, field: call.field}
 	parent := ctx
 	lateJoin := false // an attempt that joins the queue may have run unseen: it may yet add an entry
 	tried := false
@@ -199,7 +209,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	switch reply[0] {
 	case 1:
 		if !l.c.holds.acquired(k, acquisition{
-			kind: l.kind, name: l.name, count: reply[1], lease: lease, sentAt: sentAt,
+			kind: l.kind, name: l.name, count: reply[1], lease: lease, ttl: ttl, budget: l.maxHold, sentAt: sentAt,
 			renew: l.spec.renewal(k.field), token: uint64(reply[2]), parent: parent,
 			traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,
 		}) {

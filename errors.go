@@ -84,6 +84,16 @@ var ErrNoQuorum = errors.New("relock: no quorum of redlock nodes")
 // Client gave up at Close is not lost: its cause matches ErrClosed and context.Canceled (see Client.Close).
 var ErrLockLost = errors.New("relock: lock lost")
 
+// ErrMaxHoldReached is the cause of a hold's context when the hold reached its budget (WithMaxHold): its
+// Client released it, and no acquisition, renewal or Extend had given it a time to live in Redis beyond
+// that point. It wraps ErrLockLost, so code that stops work on a loss stops here too; it is not counted
+// as a loss (relock.losses) but as a budget reached (relock.max_hold_reached).
+var ErrMaxHoldReached = fmt.Errorf("%w: it reached its maximum duration (WithMaxHold)", ErrLockLost)
+
+// ErrNoLease is Extend's error for a hold that has no lease: the watchdog keeps it alive until its owner
+// releases it, so there is nothing to extend.
+var ErrNoLease = errors.New("relock: the hold has no lease (the watchdog keeps it alive)")
+
 // The causes of a loss. Each wraps ErrLockLost.
 var (
 	errHoldGone     = fmt.Errorf("%w: the hold is gone from Redis", ErrLockLost)

@@ -459,3 +459,40 @@ func ExampleClient_PermitSemaphore() {
 	// releasing 3: true
 	// permits available: 2
 }
+
+func ExampleRLock_Extend() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	l := c.Lock("example:extend")
+
+	_ = l.LockWithLease(ctx, 2*time.Second)
+	// The work takes longer than planned: give the hold a new lease, as long as it is still ours.
+	if err := l.Extend(ctx, 10*time.Second); err != nil {
+		fmt.Println("the hold is gone:", errors.Is(err, relock.ErrNotHeld))
+		return
+	}
+	ttl, _ := l.RemainingTTL(ctx)
+	fmt.Println("extended:", ttl > 5*time.Second)
+	_ = l.Unlock(ctx)
+	// Output:
+	// extended: true
+}
+
+func ExampleWithMaxHold() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	// Whatever the job does, nobody keeps this lock more than 200 ms: the watchdog renews the hold until
+	// then, and no longer.
+	l := c.Lock("example:max-hold", relock.WithMaxHold(200*time.Millisecond))
+
+	_ = l.Lock(ctx)
+	held, _ := l.HoldContext(ctx)
+	<-held.Done() // a job would run under held, and stop here
+	fmt.Println("budget reached:", errors.Is(context.Cause(held), relock.ErrMaxHoldReached))
+	fmt.Println("Unlock:", l.Unlock(ctx) != nil)
+	// Output:
+	// budget reached: true
+	// Unlock: true
+}

@@ -28,7 +28,7 @@ func (t *handoffTarget) take(ctx context.Context, h handoff) (bool, error) {
 	k := holdKey{key: l.name, field: t.field}
 	defer l.c.holds.endAttempt(k)
 	if !l.c.holds.acquired(k, acquisition{
-		kind: l.kind, name: l.name, count: 1, lease: t.lease, sentAt: h.sentAt,
+		kind: l.kind, name: l.name, count: 1, lease: t.lease, ttl: t.ttl, budget: l.maxHold, sentAt: h.sentAt,
 		renew: l.spec.renewal(k.field), token: h.token, parent: t.parent,
 		traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,
 	}) {

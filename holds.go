@@ -26,6 +26,8 @@ type acquisition struct {
 	name   string
 	count  int64           // the hold count Redis returned
 	lease  time.Duration   // 0: the watchdog keeps the hold alive
+	ttl    time.Duration   // the TTL the acquisition gave the hold in Redis: lease or the watchdog timeout, or less (a budget's cap, see capTTL); 0: lease or the watchdog timeout
+	budget time.Duration   // WithMaxHold's: the hold lives at most this long from its first acquisition; 0: no cap
 	sentAt time.Time       // when the acquisition was sent: the hold's TTL runs from no earlier than this
 	renew  renewal         // how to renew it (used when lease is 0)
 	token  uint64          // fencing token, 0 if the lock is not fenced
@@ -53,6 +55,8 @@ type hold struct {
 	inflight   bool          // a renewal of it is under way
 	token      uint64
 	acquiredAt time.Time // zero for a placeholder made by settle
+	firstSent  time.Time // when the first acquisition was sent: a budget counts from it
+	budgetAt   time.Time // when the hold's budget (WithMaxHold) ends it; zero: never
 	renewals   int
 	ended      bool
 	keepAlive  bool    // see acquisition.keepAlive
@@ -163,6 +167,7 @@ func (w *holdTable) acquired(k holdKey, a acquisition) bool {
 	}
 	if h.acquiredAt.IsZero() { // a first acquisition (or a placeholder being filled in)
 		h.kind, h.name, h.acquiredAt, h.keepAlive, h.giver = a.kind, a.name, time.Now(), a.keepAlive, a.giver
+		h.firstSent = a.sentAt
 		h.span = noSpan
 		if a.group != (holdKey{}) {
 			w.groupLocked(h, a.group)
@@ -176,12 +181,20 @@ func (w *holdTable) acquired(k holdKey, a acquisition) bool {
 		h.token = a.token
 	}
 	h.renew = a.renew
+	if a.budget > 0 {
+		if at := h.firstSent.Add(a.budget); h.budgetAt.IsZero() || at.Before(h.budgetAt) {
+			h.budgetAt = at
+		}
+	}
 	ttl := a.lease
 	if a.lease == 0 {
 		h.renews = true
 		ttl = w.timeout
 	}
 	h.ttl = max(h.ttl, ttl)
+	if a.ttl > 0 {
+		ttl = a.ttl
+	}
 	if expires := a.sentAt.Add(ttl); expires.After(h.expiresAt) {
 		h.expiresAt = expires
 		h.confirmedLocked(a.sentAt) // the acquisition extended the hold: a renewal's earlier failure is over
@@ -312,6 +325,35 @@ func (w *holdTable) expiry(k holdKey) (time.Time, time.Duration, bool) {
 	return time.Time{}, 0, false
 }
 
+// capTTL returns ttl, the time to live an acquisition of k would give the hold in Redis, capped so that it
+// does not outlive the hold's budget: the budget of the hold k if it is held, and budget (WithMaxHold's,
+// 0: none), counted from the hold's first acquisition if it is held, else from now. It returns
+// ErrMaxHoldReached when a held hold's budget has run out (the watchdog is about to end it).
+func (w *holdTable) capTTL(k holdKey, budget, ttl time.Duration) (time.Duration, error) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at := time.Time{}
+	if h := w.holds[k]; h.heldLocked(now) {
+		at = h.budgetAt
+		if budget > 0 {
+			if b := h.firstSent.Add(budget); at.IsZero() || b.Before(at) {
+				at = b
+			}
+		}
+	} else if budget > 0 {
+		at = now.Add(budget)
+	}
+	if at.IsZero() {
+		return ttl, nil
+	}
+	left := at.Sub(now).Truncate(time.Millisecond) // Redis counts whole milliseconds: never past the budget
+	if left <= 0 {
+		return 0, ErrMaxHoldReached
+	}
+	return min(ttl, left), nil
+}
+
 // held reports whether k is held (see hold.heldLocked).
 func (w *holdTable) held(k holdKey) bool {
 	w.mu.Lock()
@@ -403,13 +445,19 @@ func (e ending) report(t *telemetry) {
 	o := outcomeReleased
 	if errors.Is(e.cause, ErrLockLost) {
 		o = outcomeGone
-		if e.cause != errLeaseExpired {
+		switch e.cause {
+		case errLeaseExpired:
+		case ErrMaxHoldReached:
+			t.maxHold.Add(ctx, 1, t.byKind[h.kind].add...)
+		default:
 			t.losses.Add(ctx, 1, t.byKind[h.kind].add...)
 			t.logLoss(h, e.cause)
 		}
 	}
 	if h.span.IsRecording() {
-		if o == outcomeGone {
+		if e.cause == ErrMaxHoldReached {
+			h.span.AddEvent("max hold reached")
+		} else if o == outcomeGone {
 			h.span.AddEvent("lock lost", trace.WithAttributes(AttrCause.String(e.cause.Error())))
 		}
 		attrs := []attribute.KeyValue{AttrHoldMS.Float64(millis(e.held)), AttrRenewals.Int(h.renewals)}

@@ -28,7 +28,8 @@ type RLock struct {
 	spec    spec
 	fenced  bool
 	ack     replicaAck
-	channel string // where the lock's releases are announced
+	maxHold time.Duration // WithMaxHold's: 0 none
+	channel string        // where the lock's releases are announced
 }
 
 // Lockable is the method set every lock type shares (*RLock, and so *FairLock, *ReadLock and *WriteLock):
@@ -264,6 +265,7 @@ type lockOptions struct {
 	fenced         bool
 	writerPriority bool
 	ack            replicaAck
+	maxHold        time.Duration
 }
 
 // replicaAck is WithReplicaAck's setting: replicas is 0 when it is off.
@@ -294,6 +296,21 @@ func WithReplicaAck(replicas int, timeout time.Duration) LockOption {
 			o.ack = replicaAck{replicas: int64(replicas), timeout: timeout}
 		}
 	}
+}
+
+// WithMaxHold gives every hold acquired through the lock a budget: it lives at most d from its first
+// acquisition, whatever the watchdog, a lease or Extend would do. No acquisition, renewal or Extend gives
+// it a time to live in Redis beyond that point, so Redis drops it there even if its Client is cut off;
+// and at that point the Client ends it: its HoldContext is cancelled with a cause matching
+// ErrMaxHoldReached (and ErrLockLost), renewal stops, and the Client releases it in Redis, waking its
+// waiters at once, as Close gives a hold up. The owner's Unlock then returns ErrNotHeld. A reentrant
+// acquisition keeps the first one's budget (or a shorter one of its own). Each budget reached counts in
+// the relock.max_hold_reached metric.
+//
+// d == 0 sets no budget; d < 0 makes every acquisition through the lock fail with ErrInvalidDuration.
+// The budget is measured from when the first acquisition was sent, on the Client's clock.
+func WithMaxHold(d time.Duration) LockOption {
+	return func(o *lockOptions) { o.maxHold = d }
 }
 
 // WithFencing makes the lock fenced: each acquisition by a new owner takes the next value of a 64-bit

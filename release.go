@@ -130,7 +130,7 @@ func (l *RLock) giveUp(life context.Context, k holdKey, deadline time.Time) erro
 	for {
 		left, err := l.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) {
 			left, err := l.release(ctx, call)
-			l.c.holds.settleFailing(k, err) // an owner waiting for this (see holdTable.timedOutLocked) need not wait for a Redis that is gone
+			l.c.holds.settleFailing(k, err) // an owner waiting for this (see holdTable.endGivingUpLocked) need not wait for a Redis that is gone
 			return left, err
 		})
 		if err != nil || left <= 0 {

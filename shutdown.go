@@ -236,7 +236,7 @@ func (w *holdTable) shut(abandon bool) []relinquishment {
 }
 
 // giver is what gives up a Client's hold at Close, and a hold the watchdog ended as lost although Redis may
-// still have it (see timedOutLocked): a lock kind releases the hold wholly, a permit semaphore gives the
+// still have it (see endGivingUpLocked): a lock kind releases the hold wholly, a permit semaphore gives the
 // permit back, a wait queue takes the waiting owner out. A giver is the object that
 // made the hold (an *RLock, ...): recording it costs an acquisition nothing.
 type giver interface {

@@ -22,9 +22,10 @@ const instrumentationName = "github.com/relock-go/relock"
 //
 // Spans: "relock.acquire" (the whole acquisition, waiting included), "relock.unlock",
 // "relock.force_unlock", and "relock.hold", from a first acquisition to the release or loss, with an
-// event "renewal failed" for each renewal that got no answer and "lock lost" when the hold is lost.
+// event "renewal failed" for each renewal that got no answer, "lock lost" when the hold is lost, and "max
+// hold reached" when its budget (WithMaxHold) ends it.
 // Metrics: relock.acquisitions and relock.wait.duration {kind, outcome}, relock.hold.duration {kind},
-// relock.renewals {outcome}, relock.losses {kind}, relock.held {kind}.
+// relock.renewals {outcome}, relock.losses {kind}, relock.max_hold_reached {kind}, relock.held {kind}.
 //
 // Outcomes: acquired, timeout (the wait ran out), canceled (the context ended), error; released (the last
 // hold), decremented (one of several), not_held; renewed, renew_failed (no answer), gone (Redis no longer
@@ -113,6 +114,7 @@ type telemetry struct {
 	holdTime     metric.Float64Histogram // relock.hold.duration {kind}
 	renewals     metric.Int64Counter     // relock.renewals {outcome}
 	losses       metric.Int64Counter     // relock.losses {kind}
+	maxHold      metric.Int64Counter     // relock.max_hold_reached {kind}
 	atRisk       metric.Int64Counter     // relock.at_risk {kind}
 	held         metric.Registration     // relock.held {kind}, observed from the watchdog's table
 
@@ -149,7 +151,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, observeHeld 
 	t := &telemetry{tracer: tp.Tracer(instrumentationName), global: unsetGlobalTracerProvider != nil && tp == unsetGlobalTracerProvider}
 	m := mp.Meter(instrumentationName)
 	// Every instrument is made; what failed is returned, joined.
-	var errs [7]error
+	var errs [8]error
 	t.acquisitions, errs[0] = m.Int64Counter("relock.acquisitions",
 		metric.WithDescription("Lock acquisitions (Lock, TryLock), by outcome."), metric.WithUnit("{acquisition}"))
 	t.waitTime, errs[1] = m.Float64Histogram("relock.wait.duration",
@@ -162,6 +164,8 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, observeHeld 
 		metric.WithDescription("Holds lost before their owner released them."), metric.WithUnit("{loss}"))
 	t.atRisk, errs[6] = m.Int64Counter("relock.at_risk",
 		metric.WithDescription("Times a hold became at risk: the watchdog could not renew it, and had not since it last could."), metric.WithUnit("{hold}"))
+	t.maxHold, errs[7] = m.Int64Counter("relock.max_hold_reached",
+		metric.WithDescription("Holds ended by their budget (WithMaxHold)."), metric.WithUnit("{hold}"))
 	heldGauge, err := m.Int64ObservableUpDownCounter("relock.held",
 		metric.WithDescription("Locks held by this Client's owners."), metric.WithUnit("{lock}"))
 	errs[5] = err

@@ -25,6 +25,21 @@ type renewal struct {
 	// check asks the script to extend nothing and only say whether the hold is there (a lease hold, which
 	// the watchdog watches for a loss without renewing it): the script is given 0 as the timeout.
 	check bool
+	// ttl, when not 0, is the time to live the renewal gives instead of the watchdog timeout: what is left
+	// of a hold's budget (WithMaxHold), or Extend's lease.
+	ttl time.Duration
+}
+
+// ttlArg is the time to live the renewal script is given: 0 for a check, else r.ttl or the Client's
+// watchdog timeout, in milliseconds.
+func (r renewal) ttlArg(timeout time.Duration) string {
+	switch {
+	case r.check:
+		return "0"
+	case r.ttl > 0:
+		return fmtMillis(r.ttl)
+	}
+	return fmtMillis(timeout)
 }
 
 // scheduleLocked queues h for its next event, timeout/3 after base: a renewal, or, for a lease hold, a
@@ -33,6 +48,9 @@ func (w *holdTable) scheduleLocked(h *hold, base time.Time) {
 	h.next = base.Add(w.timeout / 3)
 	if !h.renews && h.expiresAt.Before(h.next) {
 		h.next = h.expiresAt
+	}
+	if !h.budgetAt.IsZero() && h.budgetAt.Before(h.next) {
+		h.next = h.budgetAt
 	}
 	if h.inflight {
 		return // the renewal's outcome queues it
@@ -93,6 +111,10 @@ func (w *holdTable) tick(now time.Time) time.Duration {
 	for len(w.queue) > 0 && !w.queue[0].next.After(horizon) {
 		h := heap.Pop(&w.queue).(*hold)
 		switch {
+		case !h.budgetAt.IsZero() && !h.budgetAt.After(now):
+			// Its budget (WithMaxHold) is spent: it ends, and is given up in Redis, where no acquisition or
+			// renewal gave it a time to live past this point.
+			ended = append(ended, w.endGivingUpLocked(h, ErrMaxHoldReached, now, &gives))
 		case !h.expiresAt.After(now):
 			// Past its expiry: its lease ran out, or it could not be renewed in time (this process was
 			// stopped, or starved of CPU). Redis has dropped it, and the holder must hear so at once, not
@@ -101,7 +123,7 @@ func (w *holdTable) tick(now time.Time) time.Duration {
 				ended = append(ended, w.endLocked(h, errLeaseExpired))
 				break
 			}
-			ended = append(ended, w.timedOutLocked(h, now, &gives))
+			ended = append(ended, w.endGivingUpLocked(h, errRenewTimeout, now, &gives))
 		case h.renew.script == nil || !h.renews && !h.next.Before(h.expiresAt):
 			later = append(later, h) // a lease hold whose next event is the end of its lease
 		default:
@@ -123,6 +145,9 @@ func (w *holdTable) tick(now time.Time) time.Duration {
 		h.inflight = true
 		jobs[i] = h.renew
 		jobs[i].check = !h.renews
+		if !h.budgetAt.IsZero() && h.renews {
+			jobs[i].ttl = min(w.timeout, h.budgetAt.Sub(now).Truncate(time.Millisecond)) // never past the budget
+		}
 		if h.expiresAt.Before(deadline) {
 			deadline = h.expiresAt
 		}
@@ -152,10 +177,10 @@ func (w *holdTable) renew(due []*hold, jobs []renewal, sentAt, deadline time.Tim
 		ctx, cancel := context.WithDeadline(life, deadline)
 		results, err := w.runRenewals(ctx, jobs)
 		cancel()
-		w.applyRenewals(due, results, err, sentAt)
+		w.applyRenewals(due, jobs, results, err, sentAt)
 	})
 	if !ok { // the Client is closing
-		w.applyRenewals(due, make([]int64, len(due)), ErrClosed, sentAt)
+		w.applyRenewals(due, jobs, make([]int64, len(due)), ErrClosed, sentAt)
 	}
 }
 
@@ -166,14 +191,14 @@ func (w *holdTable) runRenewals(ctx context.Context, due []renewal) ([]int64, er
 	results := make([]int64, len(due))
 	type group struct {
 		script *script
-		check  bool
+		ttl    string
 		slot   uint16
 	}
 	groups := make(map[group][]int)
 	var order []group
 	for i, r := range due {
 		results[i] = -1
-		g := group{script: r.script, check: r.check}
+		g := group{script: r.script, ttl: r.ttlArg(w.timeout)}
 		if w.c.cluster {
 			g.slot = slot(r.keys[0])
 		}
@@ -185,14 +210,10 @@ func (w *holdTable) runRenewals(ctx context.Context, due []renewal) ([]int64, er
 	var calls []scriptCall
 	var parts [][]int // the positions in due of each call's holds
 	for _, g := range order {
-		ttl := fmtMillis(w.timeout)
-		if g.check {
-			ttl = "0"
-		}
 		idx := groups[g]
 		for b := 0; b < len(idx); b += renewBatchSize {
 			part := idx[b:min(b+renewBatchSize, len(idx))]
-			call := scriptCall{script: g.script, args: []string{ttl}}
+			call := scriptCall{script: g.script, args: []string{g.ttl}}
 			for _, i := range part {
 				call.keys = append(call.keys, due[i].keys...)
 				call.args = append(append(call.args, due[i].field), due[i].args...)
@@ -220,8 +241,8 @@ func (w *holdTable) runRenewals(ctx context.Context, due []renewal) ([]int64, er
 	return results, firstErr
 }
 
-// applyRenewals records the outcome of one batch of renewals.
-func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentAt time.Time) {
+// applyRenewals records the outcome of one batch of renewals (jobs[i] renewed due[i]).
+func (w *holdTable) applyRenewals(due []*hold, jobs []renewal, results []int64, err error, sentAt time.Time) {
 	t := w.c.tel
 	w.mu.Lock()
 	now := time.Now()
@@ -240,7 +261,11 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 		case results[i] == 1:
 			renewed++
 			h.renewals++
-			if exp := sentAt.Add(w.timeout); exp.After(h.expiresAt) {
+			ttl := w.timeout
+			if jobs[i].ttl > 0 {
+				ttl = jobs[i].ttl
+			}
+			if exp := sentAt.Add(ttl); exp.After(h.expiresAt) {
 				h.expiresAt = exp
 			}
 			h.confirmedLocked(sentAt)
@@ -260,7 +285,7 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 			ended = append(ended, w.endLocked(h, lostToKind(h.kind, results[i])))
 		case w.closed || !now.Before(h.expiresAt):
 			failed++
-			ended = append(ended, w.timedOutLocked(h, now, &gives))
+			ended = append(ended, w.endGivingUpLocked(h, errRenewTimeout, now, &gives))
 		default:
 			// No answer: not a loss until the hold's expiry. Try again soon.
 			if h.renews {
@@ -301,17 +326,18 @@ func (w *holdTable) applyRenewals(due []*hold, results []int64, err error, sentA
 	}
 }
 
-// timedOutLocked ends h, a hold the watchdog renews whose renewals got no answer until its expiry, as lost
-// (errRenewTimeout), and, unless the Client is closing (Close gives holds up itself), adds to gives what
-// gives it up in Redis, to run once the table is unlocked. Redis may well still have it: its renewals may
-// have run, their replies lost. Left there, it would keep the lock from everyone until it expired, and the
+// endGivingUpLocked ends h with cause, and, unless the Client is closing (Close gives holds up itself), adds
+// to gives what gives it up in Redis, to run once the table is unlocked. It ends a hold the watchdog renews
+// whose renewals got no answer until its expiry, as lost (errRenewTimeout): Redis may well still have it,
+// its renewals may have run, their replies lost. And a hold whose budget is spent (ErrMaxHoldReached),
+// which Redis would drop about now anyway: given up, its waiters are woken at once. Left there, it would keep the lock from everyone until it expired, and the
 // owner's next acquisition would re-enter it (a hold count of 2 for the 1 the owner knows of, which its
 // Unlock would not end: the lock would stay held, renewed, by an owner that released it). So it is given
 // up as Close gives holds up (see giver), and until that is over the owner's next operation on the lock
 // waits, or fails while Redis does not answer (see prepare). A queue entry (keepAlive) is no hold: its owner
 // still waits, and its next attempt joins again if the entry is gone.
-func (w *holdTable) timedOutLocked(h *hold, now time.Time, gives *[]func()) ending {
-	e := w.endLocked(h, errRenewTimeout)
+func (w *holdTable) endGivingUpLocked(h *hold, cause error, now time.Time, gives *[]func()) ending {
+	e := w.endLocked(h, cause)
 	if w.closed || h.giver == nil || h.keepAlive || h.acquiredAt.IsZero() || w.holds[h.key] != nil {
 		return e
 	}
