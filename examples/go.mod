@@ -3,6 +3,7 @@ module github.com/relock-go/relock/examples
 go 1.25.0
 
 require (
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/rueidis v1.0.79
 	github.com/relock-go/relock v0.0.0
 	go.opentelemetry.io/otel/exporters/stdout/stdouttrace v1.46.0
@@ -14,12 +15,16 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.46.0 // indirect
 	go.opentelemetry.io/otel/metric v1.46.0 // indirect
 	go.opentelemetry.io/otel/trace v1.46.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
 )
 
 replace github.com/relock-go/relock => ..
