@@ -108,7 +108,8 @@ type Client struct {
 	// 36; with the owner's field, which holds the Client's ID, it names the attempt uniquely.
 	attempts atomic.Uint64
 	hub      *hub
-	gates    gates // the Client's waiters of each Lock, queued locally (see gates)
+	gates    gates          // the Client's waiters of each Lock, queued locally (see gates)
+	guarded  guardedScripts // GuardedEval's scripts
 	tel      *telemetry
 
 	// Close's phases (see shutdown). closing ends as Close begins: calls fail with ErrClosed from then on,

@@ -496,3 +496,30 @@ func ExampleWithMaxHold() {
 	// budget reached: true
 	// Unlock: true
 }
+
+func ExampleRLock_GuardedWrite() {
+	ctx := context.Background()
+	c, _ := relock.New([]string{redisAddr}, nil)
+	defer c.Close()
+	l := c.Lock("{example:order}", relock.WithFencing())
+
+	_ = l.Lock(ctx)
+	// Written only if this owner still holds the lock, checked in the same script run as the writes.
+	replies, err := l.GuardedWrite(ctx,
+		c.B().Set().Key("{example:order}:state").Value("paid").Build(),
+		c.B().Incr().Key("{example:order}:version").Build())
+	if errors.Is(err, relock.ErrNotHeld) {
+		fmt.Println("the hold is over; nothing was written")
+		return
+	}
+	state, _ := replies[0].ToString()
+	fmt.Println("SET:", state)
+	_ = l.Unlock(ctx)
+
+	// Once the hold is over, nothing lands.
+	_, err = l.GuardedWrite(ctx, c.B().Set().Key("{example:order}:state").Value("late").Build())
+	fmt.Println("after Unlock:", errors.Is(err, relock.ErrNotHeld))
+	// Output:
+	// SET: OK
+	// after Unlock: true
+}

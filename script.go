@@ -36,12 +36,18 @@ func loadScript(name string) *script {
 	if err == nil {
 		var text string
 		if text, err = luasrc.Load(lua, name); err == nil {
-			sum := sha1.Sum([]byte(text))
-			luasrc.Record(name, hex.EncodeToString(sum[:]))
-			return &script{name: name, src: text, sha1: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(text)}
+			s := newScript(name, text)
+			luasrc.Record(name, s.sha1)
+			return s
 		}
 	}
 	panic("relock: embedded script " + name + ": " + err.Error())
+}
+
+// newScript returns the script of source text.
+func newScript(name, text string) *script {
+	sum := sha1.Sum([]byte(text))
+	return &script{name: name, src: text, sha1: hex.EncodeToString(sum[:]), lua: rueidis.NewLuaScript(text)}
 }
 
 var (
@@ -81,6 +87,9 @@ var (
 	scriptElectionLeader   = loadScript("election_leader")
 	scriptLockRead         = loadScript("lock_read")
 	scriptCounterRead      = loadScript("counter_read")
+	scriptGuardedWrite     = loadScript("guarded_write")
+	scriptGuardedEval      = loadScript("guarded_eval") // an opening: the user's script follows it (see guardedScript)
+	scriptFencedWrite      = loadScript("fenced_write")
 )
 
 // run runs one script through the one path (see exec): a single round trip (EVALSHA; EVAL only after
