@@ -131,6 +131,30 @@ func testMinimalACL(t *testing.T, rules []string) {
 			t.Fatalf("%s: ForceUnlock: %v", kind, err)
 		}
 	}
+	// The watch of holds (CLIENT TRACKING, HEXISTS) works for the ACL user: a deleted hold is seen at once,
+	// not at the watchdog's first check 10 s later.
+	watched, err := relock.New([]string{srv.Addr()}, &relock.Options{
+		Redis: rueidis.ClientOption{Username: "relock-app", Password: "secret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { watched.Close() })
+	wl := watched.Lock("app:acl:watched")
+	if err := wl.Lock(one); err != nil {
+		t.Fatal(err)
+	}
+	held, err := wl.HoldContext(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	do(t, admin, "DEL", "app:acl:watched")
+	select {
+	case <-held.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("a deleted hold of the ACL user was not seen within 3 s: the watch does not work with the ACL")
+	}
+
 	multi := relock.NewMultiLock(a.Lock("app:acl:m1"), a.FairLock("app:acl:m2"))
 	if err := multi.Lock(one); err != nil {
 		t.Fatalf("MultiLock: %v", err)

@@ -109,6 +109,7 @@ type Client struct {
 	attempts atomic.Uint64
 	hub      *hub
 	gates    gates          // the Client's waiters of each Lock, queued locally (see gates)
+	watch    *holdWatch     // the watch of its holds' keys (see holdWatch); nil when off
 	guarded  guardedScripts // GuardedEval's scripts
 	tel      *telemetry
 
@@ -270,6 +271,9 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 	c.tel.log = o.Logger
 	c.hub = newHub(redisSubscriber{rdb}, c.id, life, c.cluster, c.shardedPubSub)
 	c.gates.hub = c.hub
+	if !c.cluster && !o.NoHoldWatch {
+		c.watch = newHoldWatch(c)
+	}
 	return c, nil
 }
 

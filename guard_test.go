@@ -141,7 +141,8 @@ func TestGuardedEval(t *testing.T) {
 func TestFencedWriteRefusesAStaleToken(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	// A stands for a paused holder, which has not heard of its loss: its Client does not watch its holds.
+	a, b := newClient(t, srv, &relock.Options{NoHoldWatch: true}), newClient(t, srv, nil)
 	rdb := rawClient(t, srv)
 	ctx := ctxTimeout(t, 10*time.Second)
 	const fence, data = "{account:7}:fence", "{account:7}:balance"

@@ -53,6 +53,7 @@ type hold struct {
 	next       time.Time     // when the watchdog next acts: a renewal falls due, or the lease ends
 	index      int           // position in the watchdog's queue; -1 when not queued
 	inflight   bool          // a renewal of it is under way
+	checkAgain bool          // the watch saw it gone while a renewal was under way: renew it again at once
 	token      uint64
 	acquiredAt time.Time // zero for a placeholder made by settle
 	firstSent  time.Time // when the first acquisition was sent: a budget counts from it
@@ -174,6 +175,9 @@ func (w *holdTable) acquired(k holdKey, a acquisition) bool {
 		}
 		if a.traced && !a.keepAlive { // no hold span where the acquisition was not traced (no SDK, or not sampled)
 			h.span = w.c.tel.startHold(a.parent, a.kind, a.name)
+		}
+		if !a.keepAlive && a.kind <= kindWrite { // a lock's hold: a field of a hash (see holdWatch)
+			w.c.watch.add(k)
 		}
 	}
 	h.count = a.count
@@ -408,6 +412,7 @@ func (w *holdTable) endLocked(h *hold, cause error) ending {
 	}
 	if w.holds[h.key] == h {
 		delete(w.holds, h.key)
+		w.c.watch.remove(h.key)
 	}
 	if h.group != (holdKey{}) {
 		w.ungroupLocked(h)

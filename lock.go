@@ -119,8 +119,9 @@ func (l *RLock) Unlock(ctx context.Context) error { return l.unlock(ctx) }
 
 // ForceUnlock releases the lock whoever holds it, however many times, and wakes its waiters. It reports
 // whether there was a lock to release. It is meant for operators and recovery code: the owner learns of it
-// from its HoldContext (cancelled with ErrLockLost within a third of the watchdog timeout), or from Unlock,
-// which returns ErrNotHeld.
+// from its HoldContext (cancelled with ErrLockLost within milliseconds where its Client watches its holds,
+// see Options.NoHoldWatch, else within a third of the watchdog timeout), or from Unlock, which returns
+// ErrNotHeld.
 func (l *RLock) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, l.fail(ctx, "forceunlock", err)
@@ -147,7 +148,8 @@ func (l *RLock) ForceUnlock(ctx context.Context) (bool, error) {
 // HoldContext returns a context, derived from ctx, for the hold of ctx's owner on the lock. It is
 // cancelled when the hold ends: with context.Canceled when the owner's final Unlock releases it, and with
 // a cause matching ErrLockLost (see context.Cause) when the hold is lost: Redis no longer had it when the
-// watchdog came to renew or check it, the watchdog could not renew it before it expired, or its lease ran
+// Client's watch of its holds saw its key change (see Options.NoHoldWatch) or the watchdog came to renew
+// or check it, the watchdog could not renew it before it expired, or its lease ran
 // out. When the Client is closed, it is cancelled, as Close begins, with a cause matching ErrClosed and
 // context.Canceled (Close releases the hold). It is cancelled too when ctx is. Work that must stop when the
 // lock is no longer held should run under it.

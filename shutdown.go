@@ -106,6 +106,7 @@ func (c *Client) shutdown(ctx context.Context, abandon bool) error {
 	go func() {
 		defer close(finished)
 		c.hub.close()
+		c.watch.close()
 		_ = c.bg.wait(context.Background())
 		if !c.borrowed {
 			c.rdb.Close()

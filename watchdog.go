@@ -255,6 +255,10 @@ func (w *holdTable) applyRenewals(due []*hold, jobs []renewal, results []int64, 
 		if h.ended {
 			continue // released while the renewal was under way
 		}
+		if h.checkAgain { // the watch saw it gone after this renewal was sent: look again now
+			h.checkAgain = false
+			defer w.checkNow(h)
+		}
 		switch {
 		case results[i] == 1 && !h.renews: // a lease hold, still there
 			w.scheduleLocked(h, sentAt)

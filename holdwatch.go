@@ -1,0 +1,312 @@
+package relock
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// A hold deleted or taken behind its holder's back (ForceUnlock, an operator's DEL, a FLUSHALL, a key
+// evicted) would be noticed at the watchdog's next renewal or check, up to a third of the watchdog timeout
+// later: the window in which a holder keeps working on a lock another owner may have. A Client on a single
+// server watches its holds' keys instead, with Redis's client-side tracking, on one connection of its own:
+//
+//   - Once a hold has lasted watchDelay (a hold released sooner costs nothing), the watch reads it, HEXISTS
+//     of its owner field, on that connection, which has CLIENT TRACKING on: Redis then tells the
+//     connection the next time the key changes (an invalidation), whatever changes it.
+//   - On an invalidation, it reads again the holds of the keys named (every hold, for a flush or a lost
+//     connection): the watchdog renews or checks a hold whose field is gone at once (holdTable.checkNow),
+//     and so ends it as lost as a renewal that finds it gone does (a release of it by its owner under way
+//     decides). The read tracks the key again. The Client's own renewals, reentries and releases change the key too: each costs one
+//     such read per hold.
+//   - The watchdog's renewals and checks go on as before: they are the backstop when the connection is
+//     lost (its holds are read again when it is back) or tracking is not available.
+//
+// Cost: one connection per Client; in Redis, one tracking entry per watched key; per hold, one HEXISTS
+// after watchDelay, and one after each change of its key (a renewal every timeout/3), all pipelined.
+type holdWatch struct {
+	c *Client
+
+	mu sync.Mutex
+	// holds are the watched holds, each with when it began to be watched, until it is first read (zero
+	// once read); keys counts them by key. (Flat maps: watching a hold allocates nothing in a steady state.)
+	holds   map[holdKey]time.Time
+	keys    map[string]int
+	pending int                 // holds not read yet
+	dirty   map[string]struct{} // keys to read again now
+	all     bool                // read every watched hold again
+	started bool
+	off     bool // tracking refused by the server: the watchdog alone watches
+	kick    chan struct{}
+	stopped chan struct{} // closed when the loop has ended
+}
+
+// watchDelay is how long a hold lasts before the watch first reads it.
+const watchDelay = 5 * time.Millisecond
+
+func newHoldWatch(c *Client) *holdWatch {
+	return &holdWatch{c: c, holds: make(map[holdKey]time.Time), keys: make(map[string]int),
+		dirty: make(map[string]struct{}), kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+}
+
+// close waits for the loop to end; the Client's lifetime must be over.
+func (hw *holdWatch) close() {
+	if hw == nil {
+		return
+	}
+	hw.mu.Lock()
+	started := hw.started
+	hw.started = true // no loop starts from now on
+	hw.off = true
+	hw.mu.Unlock()
+	if started {
+		<-hw.stopped
+	}
+}
+
+// add watches the hold k from now on.
+func (hw *holdWatch) add(k holdKey) {
+	if hw == nil {
+		return
+	}
+	hw.mu.Lock()
+	defer hw.mu.Unlock()
+	if hw.off {
+		return
+	}
+	if _, ok := hw.holds[k]; !ok {
+		hw.keys[k.key]++
+		hw.pending++
+	}
+	hw.holds[k] = time.Now()
+	if !hw.started {
+		hw.started = true
+		go hw.loop()
+	}
+	hw.kickLocked()
+}
+
+// remove stops watching the hold k, which ended.
+func (hw *holdWatch) remove(k holdKey) {
+	if hw == nil {
+		return
+	}
+	hw.mu.Lock()
+	defer hw.mu.Unlock()
+	since, ok := hw.holds[k]
+	if !ok {
+		return
+	}
+	delete(hw.holds, k)
+	if !since.IsZero() {
+		hw.pending--
+	}
+	if hw.keys[k.key]--; hw.keys[k.key] <= 0 {
+		delete(hw.keys, k.key)
+	}
+}
+
+func (hw *holdWatch) kickLocked() {
+	select {
+	case hw.kick <- struct{}{}:
+	default:
+	}
+}
+
+// invalidated runs on the connection's reader: the keys changed (nil: every key, or the connection is
+// gone). It must not block.
+func (hw *holdWatch) invalidated(msgs []rueidis.RedisMessage) {
+	hw.mu.Lock()
+	defer hw.mu.Unlock()
+	if msgs == nil {
+		hw.all = true
+	}
+	for _, m := range msgs {
+		if key, err := m.ToString(); err == nil {
+			if _, ok := hw.keys[key]; ok {
+				hw.dirty[key] = struct{}{}
+			}
+		}
+	}
+	hw.kickLocked()
+}
+
+// loop owns the watch's connection: it reads the holds that are due, and restores the connection when it
+// is lost, until the Client's lifetime ends.
+func (hw *holdWatch) loop() {
+	life := hw.c.life
+	var (
+		conn  rueidis.DedicatedClient
+		done  func()
+		lost  <-chan error
+		retry backoff
+		timer = time.NewTimer(time.Hour)
+	)
+	timer.Stop()
+	defer close(hw.stopped)
+	defer func() {
+		timer.Stop()
+		if done != nil {
+			done()
+		}
+	}()
+	for {
+		select {
+		case <-life.Done():
+			return
+		case <-hw.kick:
+		case <-timer.C:
+		case <-lost:
+			done()
+			conn, done, lost = nil, nil, nil
+			hw.mu.Lock()
+			hw.all = true
+			hw.mu.Unlock()
+		}
+		if conn == nil {
+			var err error
+			if conn, done, lost, err = hw.connect(life); err != nil {
+				if done != nil {
+					done()
+				}
+				conn, done, lost = nil, nil, nil
+				if _, refused := rueidis.IsRedisErr(err); refused || permanent(err) {
+					// The server refuses tracking (an ACL without CLIENT TRACKING, no RESP3): the watchdog
+					// alone watches.
+					hw.mu.Lock()
+					hw.off = true
+					clear(hw.holds)
+					clear(hw.keys)
+					hw.pending = 0
+					hw.mu.Unlock()
+					return
+				}
+				timer.Reset(retry.pause())
+				continue
+			}
+			retry.reset()
+			hw.mu.Lock()
+			hw.all = true
+			hw.mu.Unlock()
+		}
+		holds, next := hw.due(time.Now())
+		if next > 0 {
+			timer.Reset(next)
+		}
+		if len(holds) == 0 {
+			continue
+		}
+		if err := hw.read(life, conn, holds); err != nil {
+			done()
+			conn, done, lost = nil, nil, nil
+			hw.mu.Lock()
+			hw.all = true
+			hw.mu.Unlock()
+			timer.Reset(retry.pause())
+		}
+	}
+}
+
+// connect opens the watch's connection and turns tracking on.
+func (hw *holdWatch) connect(life context.Context) (rueidis.DedicatedClient, func(), <-chan error, error) {
+	conn, done := hw.c.rdb.Dedicate()
+	lost := conn.SetOnInvalidations(hw.invalidated)
+	ctx, cancel := context.WithTimeout(life, subscribeTimeout)
+	defer cancel()
+	if err := conn.Do(ctx, conn.B().ClientTracking().On().Build()).Error(); err != nil {
+		return nil, done, nil, err
+	}
+	return conn, done, lost, nil
+}
+
+// due returns the holds to read now, with the hold the table has for each, and how long until the next
+// pending hold is due (0: none).
+func (hw *holdWatch) due(now time.Time) ([]watched, time.Duration) {
+	hw.mu.Lock()
+	var keys []holdKey
+	next := time.Duration(0)
+	if hw.pending > 0 || hw.all || len(hw.dirty) > 0 {
+		for k, since := range hw.holds {
+			if !since.IsZero() { // not read yet: its first read is due watchDelay after it began
+				if wait := since.Add(watchDelay).Sub(now); wait > 0 {
+					if next == 0 || wait < next {
+						next = wait
+					}
+					continue
+				}
+				hw.holds[k] = time.Time{}
+				hw.pending--
+				keys = append(keys, k)
+				continue
+			}
+			if _, d := hw.dirty[k.key]; hw.all || d {
+				keys = append(keys, k)
+			}
+		}
+	}
+	hw.all = false
+	clear(hw.dirty)
+	hw.mu.Unlock()
+	return hw.c.holds.watchedHolds(keys), next
+}
+
+// watched is a hold the watch reads: its key, and the hold the table had when the read was sent.
+type watched struct {
+	k holdKey
+	h *hold
+}
+
+// read reads the holds, tracking their keys, and ends those Redis no longer has. An error means the
+// connection is unusable.
+func (hw *holdWatch) read(life context.Context, conn rueidis.DedicatedClient, holds []watched) error {
+	cmds := make(rueidis.Commands, len(holds))
+	for i, w := range holds {
+		cmds[i] = conn.B().Hexists().Key(w.k.key).Field(w.k.field).Build()
+	}
+	ctx, cancel := context.WithTimeout(life, subscribeTimeout)
+	defer cancel()
+	for i, r := range conn.DoMulti(ctx, cmds...) {
+		n, err := r.AsInt64()
+		if _, refused := rueidis.IsRedisErr(err); err != nil && !refused {
+			return err
+		}
+		if n == 0 || err != nil { // gone, or its key is no hash now (WRONGTYPE)
+			hw.c.holds.checkNow(holds[i].h)
+		}
+	}
+	return nil
+}
+
+// watchedHolds returns the holds of keys that the table has, each with its hold.
+func (w *holdTable) watchedHolds(keys []holdKey) []watched {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]watched, 0, len(keys))
+	for _, k := range keys {
+		if h := w.holds[k]; h != nil && !h.ended && !h.keepAlive && !h.acquiredAt.IsZero() {
+			out = append(out, watched{k, h})
+		}
+	}
+	return out
+}
+
+// checkNow is told by the watch that Redis may no longer have h: the watchdog renews or checks it at once,
+// and ends it as lost if it is gone, with the cause and the handling of a renewal that finds it gone (a
+// release under way decides; a key of another kind is told). A renewal of it under way was sent before
+// the watch's read: the hold is looked at again once it is back.
+func (w *holdTable) checkNow(h *hold) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case h.ended || w.holds[h.key] != h:
+	case h.inflight:
+		h.checkAgain = true
+	case h.index >= 0:
+		h.next = time.Now()
+		heap.Fix(&w.queue, h.index)
+		w.wakeLocked()
+	}
+}

@@ -1,0 +1,169 @@
+package relock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+// A hold deleted or taken behind its holder's back ends its HoldContext within milliseconds, long before
+// the watchdog's next check (the timeout here is 30 s: its first check would come after 10 s).
+func TestLossSeenAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c, other := newClient(t, srv, nil), newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	cases := []struct {
+		name, kind string
+		lose       func(t *testing.T, name string)
+	}{
+		{"force unlock", "lock", func(t *testing.T, name string) {
+			if ok, err := other.Lock(name).ForceUnlock(ctx); err != nil || !ok {
+				t.Fatalf("ForceUnlock = %v, %v", ok, err)
+			}
+		}},
+		{"DEL", "lock", func(t *testing.T, name string) { do(t, rdb, "DEL", name) }},
+		{"taken over", "lock", func(t *testing.T, name string) {
+			do(t, rdb, "DEL", name)
+			if err := other.Lock(name).LockWithLease(ctx, time.Second); err != nil {
+				t.Error(err)
+			}
+		}},
+		{"FLUSHALL", "lock", func(t *testing.T, name string) { do(t, rdb, "FLUSHALL") }},
+		{"fair DEL", "fair", func(t *testing.T, name string) { do(t, rdb, "DEL", name) }},
+		{"write DEL", "write", func(t *testing.T, name string) { do(t, rdb, "DEL", name) }},
+		{"read DEL", "read", func(t *testing.T, name string) { do(t, rdb, "DEL", name) }},
+		{"lease hold DEL", "lease", func(t *testing.T, name string) { do(t, rdb, "DEL", name) }},
+	}
+	for _, tc := range cases {
+		name := "seen-" + tc.kind + "-" + tc.name
+		var l *relock.RLock
+		switch tc.kind {
+		case "fair":
+			l = c.FairLock(name)
+		case "write":
+			l = c.ReadWriteLock(name).WriteLock()
+		case "read":
+			l = c.ReadWriteLock(name).ReadLock()
+		default:
+			l = c.Lock(name)
+		}
+		var err error
+		if tc.kind == "lease" {
+			err = l.LockWithLease(ctx, time.Minute)
+		} else {
+			err = l.Lock(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		hctx, err := l.HoldContext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // the watch reads a hold once it has lasted a few milliseconds
+		start := time.Now()
+		tc.lose(t, name)
+		select {
+		case <-hctx.Done():
+			if !errors.Is(context.Cause(hctx), relock.ErrLockLost) {
+				t.Fatalf("%s: cause = %v; want ErrLockLost", tc.name, context.Cause(hctx))
+			}
+			t.Logf("%s: the holder knew after %v", tc.name, time.Since(start))
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%s: the hold context still runs 2 s after the hold was gone", tc.name)
+		}
+		if err := l.Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
+			t.Fatalf("%s: Unlock = %v; want ErrNotHeld", tc.name, err)
+		}
+	}
+}
+
+// What the Client itself does to its holds' keys is no loss: renewals, reentries, a partial unlock, a
+// read lock's other owner leaving, a release (whose invalidation may arrive before its reply).
+func TestOwnChangesAreNoLoss(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, &relock.Options{WatchdogTimeout: 300 * time.Millisecond})
+	ctx := ctxTimeout(t, 30*time.Second)
+	l := c.Lock("own-changes")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hctx, _ := l.HoldContext(ctx)
+	for range 5 {
+		if err := l.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // renewals every 100 ms
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := hctx.Err(); err != nil {
+		t.Fatalf("the hold ended under its owner's own changes: %v", context.Cause(hctx))
+	}
+
+	rw := c.ReadWriteLock("own-readers")
+	a, b := relock.WithOwner(ctx, "a"), relock.WithOwner(ctx, "b")
+	for _, o := range []context.Context{a, b} {
+		if err := rw.ReadLock().Lock(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bctx, _ := rw.ReadLock().HoldContext(b)
+	time.Sleep(50 * time.Millisecond)
+	if err := rw.ReadLock().Unlock(a); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := bctx.Err(); err != nil {
+		t.Fatalf("a reader's hold ended when another reader left: %v", context.Cause(bctx))
+	}
+
+	// Many quick holds and releases: none is reported lost.
+	for range 200 {
+		if err := l.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.ReadLock().Unlock(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With NoHoldWatch, only the watchdog tells a loss: a deleted hold's context still runs well before its
+// next check.
+func TestNoHoldWatch(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, &relock.Options{NoHoldWatch: true, WatchdogTimeout: 3 * time.Second})
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	l := c.Lock("no-watch")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hctx, _ := l.HoldContext(ctx)
+	time.Sleep(50 * time.Millisecond)
+	do(t, rdb, "DEL", "no-watch")
+	time.Sleep(300 * time.Millisecond)
+	if hctx.Err() != nil {
+		t.Fatal("the loss was seen without the watch")
+	}
+	<-hctx.Done() // the watchdog's check, within timeout/3
+	if !errors.Is(context.Cause(hctx), relock.ErrLockLost) {
+		t.Fatalf("cause = %v", context.Cause(hctx))
+	}
+}
