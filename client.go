@@ -108,9 +108,10 @@ type Client struct {
 	// 36; with the owner's field, which holds the Client's ID, it names the attempt uniquely.
 	attempts atomic.Uint64
 	hub      *hub
-	gates    gates          // the Client's waiters of each Lock, queued locally (see gates)
-	watch    *holdWatch     // the watch of its holds' keys (see holdWatch); nil when off
-	guarded  guardedScripts // GuardedEval's scripts
+	gates    gates            // the Client's waiters of each Lock, queued locally (see gates)
+	watch    *holdWatch       // the watch of its holds' keys (see holdWatch); nil when off
+	guarded  guardedScripts   // GuardedEval's scripts
+	requests requestListeners // its holders that listen for release requests (see ReleaseRequests)
 	tel      *telemetry
 
 	// Close's phases (see shutdown). closing ends as Close begins: calls fail with ErrClosed from then on,

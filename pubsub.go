@@ -51,9 +51,11 @@ type subscription struct {
 	// hearers counts the waiters that need the channel subscribed in Redis: every waiter but a named one
 	// whose lock's holder wakes it by name (see waiter.hears).
 	hearers int
-	// A wake channel's: the lock channel whose waiters it wakes, and how many of them listen.
+	// A wake channel's: the lock channel whose waiters it wakes, and how many of them listen. A listened
+	// channel's (see listen): handler gets its messages, and listeners counts its listeners.
 	routes    string
 	listeners int
+	handler   func(message string)
 
 	subscribed bool        // confirmed by Redis on the current connection
 	pending    *subAttempt // the subscription new waiters wait for; nil when subscribed
@@ -150,6 +152,45 @@ func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight
 		}
 	}
 	return w, nil
+}
+
+// listen subscribes the hub to channel for handler, which gets each of its messages on the connection's
+// reader, under the hub's lock (it must not block nor call the hub), and returns once Redis confirmed the
+// subscription, with the function that ends the listening. A channel has one handler: the last given.
+func (h *hub) listen(ctx context.Context, channel string, handler func(message string)) (func(), error) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if !h.started {
+		h.started = true
+		go h.loop()
+	}
+	s := h.subs[channel]
+	if s == nil {
+		s = &subscription{channel: channel, wakes: lockWakes}
+		h.subs[channel] = s
+	}
+	s.listeners++
+	s.handler = handler
+	att := h.pendingLocked(s)
+	h.mu.Unlock()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if s.listeners--; !s.needed() {
+				h.markDirtyLocked(s)
+			}
+		})
+	}
+	if err := h.await(ctx, att); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
 }
 
 // adopt makes w, a waiter another goroutine joined and left to the caller, the caller's: its owner is

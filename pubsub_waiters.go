@@ -59,6 +59,8 @@ func (h *hub) onMessage(channel, message string) {
 	s := h.subs[channel]
 	switch {
 	case s == nil:
+	case s.handler != nil: // a listened channel (see listen)
+		s.handler(message)
 	case s.routes != "": // a wake channel: the message names the owner to wake
 		if t := h.subs[s.routes]; t != nil {
 			wakeOwnerLocked(t, message)

@@ -90,6 +90,8 @@ var (
 	scriptGuardedWrite     = loadScript("guarded_write")
 	scriptGuardedEval      = loadScript("guarded_eval") // an opening: the user's script follows it (see guardedScript)
 	scriptFencedWrite      = loadScript("fenced_write")
+	scriptReleaseRequest   = loadScript("release_request")
+	scriptTakeOver         = loadScript("rlock_takeover")
 )
 
 // run runs one script through the one path (see exec): a single round trip (EVALSHA; EVAL only after

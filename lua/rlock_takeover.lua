@@ -1,0 +1,45 @@
+-- Take a reentrant lock over (RLock.TakeOver, RLock.Revoke): whoever holds it loses every level of their
+-- hold, and the owner gets a first hold, with a new fencing token when the lock is fenced, in one run. A
+-- takeover is not a release: nobody is woken, since the lock stays taken.
+--
+-- KEYS[1..7]  as rlock_acquire.lua's: the lock, the undone attempts' marks, the companions that tell
+--             another kind, relock's waiting owners, the fencing counter (fenced locks only)
+-- ARGV[1]     how long the hold lives, in milliseconds
+-- ARGV[2]     the owner field
+-- ARGV[3]     '*' to take the lock from whoever holds it; else the owner fields that must hold it, and
+--             only they, joined by newlines (the holders a request was made to: see RLock.Revoke)
+-- ARGV[4]     the attempt's id: its Client undoes a takeover whose reply was lost as it undoes an
+--             acquisition (see lib/undone.lua)
+--
+-- Returns {1, 1, token}     the owner holds the lock now (token 0 when the lock is not fenced);
+--         {0, 0, 0}         the lock's holders are not ARGV[3]'s: nothing changed;
+--         {-2, 0, 0}        the takeover was undone before it arrived: nothing changed;
+--         an error RELOCK_... when the name is in use by another kind (see lib/kinds.lua): nothing changed.
+-- @include lib/hold.lua
+-- @include lib/undone.lua
+-- @include lib/kinds.lua
+
+if undone(KEYS[2], ARGV[2], ARGV[4]) then
+  return {-2, 0, 0}
+end
+local t = key_type(KEYS[1])
+local refused = lock_refusal(KEYS[1], t, false)
+if refused then
+  return refused
+end
+if redis.call('exists', KEYS[3], KEYS[4], KEYS[5]) > 0 then
+  return refusal('WRONGKIND', other_kind(KEYS[3], 'fairlock', KEYS[4], 'rwlock', KEYS[5], 'election'), t)
+end
+if ARGV[3] ~= '*' then
+  local holders = {}
+  if t == 'hash' then
+    holders = redis.call('hkeys', KEYS[1])
+  end
+  table.sort(holders)
+  if table.concat(holders, '\n') ~= ARGV[3] then
+    return {0, 0, 0}
+  end
+end
+redis.call('del', KEYS[1])
+redis.call('zrem', KEYS[6], ARGV[2])
+return first_hold(KEYS[1], ARGV[2], tonumber(ARGV[1]), KEYS[7])
