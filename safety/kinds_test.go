@@ -3,6 +3,7 @@ package safety
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/relock-go/relock"
@@ -29,6 +30,9 @@ type hold struct {
 	token   uint64
 	ctx     context.Context
 	release func(context.Context) error
+	// guard writes v to key with the hold's GuardedWrite, and reports whether it landed (the exclusive
+	// locks' holds only).
+	guard func(ctx context.Context, key string, v int64) (bool, error)
 }
 
 // locker takes the lock for the calling goroutine (its owner).
@@ -49,7 +53,13 @@ func newLocker(k lockKind, fenced, ack bool, clients []*relock.Client, name stri
 			if err := l.Lock(ctx); err != nil {
 				return nil, err
 			}
-			h := &hold{release: l.Unlock}
+			h := &hold{release: l.Unlock, guard: func(ctx context.Context, key string, v int64) (bool, error) {
+				_, err := l.GuardedWrite(ctx, clients[0].B().Set().Key(key).Value(strconv.FormatInt(v, 10)).Build())
+				if errors.Is(err, relock.ErrNotHeld) {
+					return false, nil
+				}
+				return err == nil, err
+			}}
 			var err error
 			if h.ctx, err = l.HoldContext(context.Background()); err == nil && fenced {
 				h.token, err = l.FencingToken(ctx)

@@ -39,6 +39,9 @@ type scenario struct {
 	// writesOnly makes a fenced store fence only the writes (FencedWrites), to show what that loses.
 	writesOnly bool
 	counter    bool // the object is a counter (each section writes read+1); else a register (unique values)
+	// guarded keeps the register on the lock's server and writes it with the hold's GuardedWrite, which
+	// lands only while the hold is current (checked in the same script run): no token check in the store.
+	guarded bool
 	expect     expectation
 
 	servers    int      // the lock's servers: 1, or the nodes of a RedLock
@@ -71,6 +74,9 @@ func (sc *scenario) variant() string {
 		v = "fenced-writes-only"
 	case sc.fenced:
 		v = "fenced"
+	}
+	if sc.guarded {
+		v += "+guarded"
 	}
 	if sc.replicaAck {
 		v += "+replica-ack"
@@ -211,7 +217,12 @@ func (r *round) section(w int, h *hold, store *Store, seq *int64) {
 	if r.sc.counter {
 		v = read + 1
 	}
-	accepted, err := store.Write(ctx, h.token, v)
+	var accepted bool
+	if r.sc.guarded {
+		accepted, err = h.guard(ctx, store.key, v)
+	} else {
+		accepted, err = store.Write(ctx, h.token, v)
+	}
 	r.hist.Add(w, call, r.hist.Now(), Input{Token: h.token, Write: v}, Output{Read: read, Accepted: accepted, Unknown: err != nil})
 }
 
@@ -275,6 +286,9 @@ func (sc *scenario) runRound(t *testing.T, e *env, i int) roundResult {
 		fencing = Fenced
 	}
 	store := NewStore(dataClient(t), "store:"+name, fencing)
+	if sc.guarded { // on the lock's server, read plainly, written by GuardedWrite
+		store = NewStore(e.admin[0], "store:"+name, Unfenced)
+	}
 	r := &round{t: t, sc: sc, env: e, name: name, hist: NewHistory(), faulted: make(chan struct{})}
 	r.told.Store(-1)
 	if sc.orchestrate != nil {
@@ -321,10 +335,18 @@ func (sc *scenario) runRound(t *testing.T, e *env, i int) roundResult {
 			res.readOnly++
 		}
 	}
-	if sc.fenced {
+	switch {
+	case sc.guarded:
+		for _, op := range res.ops {
+			if o := op.Output.(Output); !o.ReadOnly && !o.Accepted && !o.Unknown {
+				res.rejected++
+			}
+		}
+	case sc.fenced:
 		_, res.rejected, _ = store.Counts(setupCtx)
 	}
-	res.result, res.info = Check(sc.fenced, res.ops, *checkTimeout)
+	// A guarded write that lands proves the hold current: a refused one is a rejection, as a fenced store's.
+	res.result, res.info = Check(sc.fenced || sc.guarded, res.ops, *checkTimeout)
 	return res
 }
 

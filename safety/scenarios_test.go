@@ -41,6 +41,27 @@ func TestReadModifyWrite(t *testing.T) {
 	}
 }
 
+// TestGuardedWrites: the register lives on the lock's server and every write is a GuardedWrite, which lands
+// only while the writer's hold is current. The holder is paused past its hold between its check and its
+// write (as in TestPausedHolder), in a register and in a read-modify-write counter: its stale write is
+// refused by the guard, with no token in the store, and every history must be linearizable, fenced lock or
+// not.
+func TestGuardedWrites(t *testing.T) {
+	for _, k := range []lockKind{kindRLock, kindFairLock, kindWriteLock} {
+		for _, fenced := range []bool{true, false} {
+			for _, counter := range []bool{false, true} {
+				sc := scenario{name: "guarded-writes", kind: k, fenced: fenced, guarded: true, counter: counter,
+					expect: mustBeSafe, watchdog: watchdog, work: 20 * time.Millisecond, fault: 3 * watchdog,
+					inSection: pauseHolder, after: 300 * time.Millisecond}
+				if counter {
+					sc.name, sc.work, sc.fault, sc.after = "guarded-read-modify-write", 200*time.Millisecond, 6*watchdog/5, 500*time.Millisecond
+				}
+				t.Run(string(k)+"/"+sc.name+"/"+sc.variant(), func(t *testing.T) { run(t, sc) })
+			}
+		}
+	}
+}
+
 // eachKind runs, for each of kinds and each variant it has (fenced when it gives a token, and unfenced), the
 // scenario f returns, as a parallel subtest.
 func eachKind(t *testing.T, kinds []lockKind, f func(k lockKind, fenced bool) scenario) {
