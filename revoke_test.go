@@ -106,6 +106,32 @@ func TestRevokeTakesOverAfterGrace(t *testing.T) {
 	}
 }
 
+// A holder taken over that has not heard of it yet (a paused process: its Client does not watch its holds)
+// can no longer write through its hold: its guarded write is refused in Redis.
+func TestTakenOverHolderCannotWrite(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, &relock.Options{NoHoldWatch: true}), newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	la := a.Lock("{taken}", relock.WithFencing())
+	if err := la.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Lock("{taken}", relock.WithFencing()).TakeOver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := la.HoldContext(ctx); held.Err() != nil {
+		t.Fatal("the test needs a holder that has not heard of its loss yet")
+	}
+	if _, err := la.GuardedWrite(ctx, rdb.B().Set().Key("{taken}:data").Value("stale").Build()); !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatalf("the taken-over holder's GuardedWrite = %v; want ErrNotHeld", err)
+	}
+	if n, _ := do(t, rdb, "EXISTS", "{taken}:data").AsInt64(); n != 0 {
+		t.Fatal("the taken-over holder's write landed")
+	}
+}
+
 // A holder that cannot hear, relock's not listening or Redisson's, is never taken over by Revoke; only
 // TakeOver, the explicit step, takes the lock from it.
 func TestRevokeNeverTakesFromAHolderThatCannotHear(t *testing.T) {
