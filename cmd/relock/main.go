@@ -59,6 +59,7 @@ func init() {
 		{"list", "list the locks, elections and semaphores whose names match a pattern (SCAN, never KEYS)", runList},
 		{"watch", "print a lock's state changes as they happen", runWatch},
 		{"unlock", "release a stuck lock (--force) and wake its waiters", runUnlock},
+		{"run", "run a command while holding a lock (or leading an election); end it if the hold is lost", runRun},
 	}
 }
 
@@ -91,6 +92,12 @@ func run(ctx context.Context, e env) int {
 			return 0
 		case errors.Is(err, flag.ErrHelp):
 			return 0
+		}
+		if x, ok := err.(*exitError); ok {
+			if x.err != nil {
+				printError(e.stderr, c.name, x.err, e.json)
+			}
+			return x.code
 		}
 		if ctx.Err() != nil && errorKind(err) == errKindOther {
 			err = withKind(errKindInterrupted, err)
