@@ -133,13 +133,15 @@ func runRun(ctx context.Context, e env) error {
 	watchdog := relock.DefaultWatchdogTimeout
 	fs.Var(positiveDuration{&watchdog}, "watchdog-timeout", "advanced: the hold's time to live between renewals: a relock run that dies frees the lock within it, and a loss is noticed within a third of it")
 	own, argv, dashes := splitCommand(e.args)
-	name, err := parseName(fs, own)
+	pos, err := parse(fs, own)
 	if err != nil {
 		return err
 	}
 	switch {
 	case !dashes || len(argv) == 0:
 		return fmt.Errorf("%w: want NAME -- CMD [ARGS...]: the command to run comes after \"--\"", errUsage)
+	case len(pos) != 1:
+		return fmt.Errorf("%w: want one lock name before \"--\", got %d arguments", errUsage, len(pos))
 	case watchdog < relock.MinWatchdogTimeout:
 		return fmt.Errorf("%w: --watchdog-timeout %v: must be at least %v", errUsage, watchdog, relock.MinWatchdogTimeout)
 	case *value != "" && !*election:
@@ -147,6 +149,7 @@ func runRun(ctx context.Context, e env) error {
 	case *election && wait.set && wait.d == 0:
 		return fmt.Errorf("%w: --election needs a --wait above zero: a candidate waits in the election's queue", errUsage)
 	}
+	name := pos[0]
 	if *value == "" {
 		*value = hostname() + ":" + strconv.Itoa(os.Getpid())
 	}
