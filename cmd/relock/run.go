@@ -131,7 +131,7 @@ func runRun(ctx context.Context, e env) error {
 	grace := defaultGrace
 	fs.Var(nonNegativeDuration{&grace}, "grace", "when CMD must end, wait this `duration` after SIGTERM before SIGKILL")
 	watchdog := relock.DefaultWatchdogTimeout
-	fs.Var(positiveDuration{&watchdog}, "watchdog-timeout", "advanced: the hold's time to live between renewals: a relock run that dies frees the lock within it, and a loss is noticed within a third of it")
+	fs.Var(positiveDuration{&watchdog}, "watchdog-timeout", "advanced: the hold lives this `duration` in Redis between renewals (at least 100ms): a relock run that dies frees the lock within it, and a loss is noticed within a third of it")
 	own, argv, dashes := splitCommand(e.args)
 	pos, err := parse(fs, own)
 	if err != nil {
@@ -229,7 +229,8 @@ func acquire(ctx context.Context, c *common, lc *relock.Client, name, owner stri
 		h.token, err = l.FencingToken(octx)
 	}
 	if err != nil { // lost at once
-		return nil, withKind(errKindHoldLost, fmt.Errorf("lost lock %q as soon as it was acquired: %w", name, err))
+		return nil, &exitError{code: exitHoldLost, err: withKind(errKindHoldLost,
+			fmt.Errorf("lost lock %q as soon as it was acquired: %w; the command was not run", name, err))}
 	}
 	return h, nil
 }
@@ -256,7 +257,8 @@ func campaign(ctx context.Context, c *common, lc *relock.Client, name, owner, va
 		return el.Resign(relock.WithOwner(ctx, owner))
 	}}
 	if h.ctx, err = el.LeadershipContext(octx); err != nil {
-		return nil, withKind(errKindHoldLost, fmt.Errorf("lost %s as soon as it was won: %w", what, err))
+		return nil, &exitError{code: exitHoldLost, err: withKind(errKindHoldLost,
+			fmt.Errorf("lost %s as soon as it was won: %w; the command was not run", what, err))}
 	}
 	return h, nil
 }
@@ -349,11 +351,11 @@ func supervise(ctx context.Context, e env, c *common, cmd *exec.Cmd, name string
 	status := exitStatus(cmd.ProcessState)
 
 	if h.ctx.Err() != nil { // lost, before or after cmd exited
-		return holdLost(h, prog, ending, status)
+		return holdLost(h, context.Cause(h.ctx), prog, ending, status)
 	}
 	rerr := release(c, h)
-	if errors.Is(rerr, relock.ErrNotHeld) {
-		return holdLost(h, prog, ending, status)
+	if errors.Is(rerr, relock.ErrNotHeld) { // lost, and the Client had not noticed yet
+		return holdLost(h, rerr, prog, ending, status)
 	}
 	if rerr != nil {
 		rerr = fmt.Errorf("%s exited with status %d, but releasing %s failed (it expires within the watchdog timeout): %w",
@@ -370,13 +372,9 @@ func supervise(ctx context.Context, e env, c *common, cmd *exec.Cmd, name string
 	return nil
 }
 
-// holdLost is run's error when h was lost while its command, prog, ran: ending says how run ended it ("" when
-// the command had exited by itself), status is the command's exit status.
-func holdLost(h *runHold, prog, ending string, status int) error {
-	cause := context.Cause(h.ctx)
-	if cause == nil {
-		cause = relock.ErrNotHeld
-	}
+// holdLost is run's error when h was lost, for cause, while its command, prog, ran: ending says how run
+// ended it ("" when the command had exited by itself), status is the command's exit status.
+func holdLost(h *runHold, cause error, prog, ending string, status int) error {
 	var err error
 	if ending == "" {
 		err = fmt.Errorf("lost %s while %s ran (%v): it exited with status %d, possibly after another holder had it",
