@@ -12,11 +12,13 @@ import (
 
 // The kinds of error, as --json reports them (see printError). Scripts may rely on them.
 const (
-	errKindUsage       = "usage"       // the command line is wrong (exit status 2)
-	errKindUnavailable = "unavailable" // Redis could not be reached, or did not answer in time
-	errKindWrongKind   = "wrong_kind"  // the name holds another kind of key than the command works on
-	errKindInterrupted = "interrupted" // the command was interrupted (SIGINT, SIGTERM)
-	errKindOther       = "error"       // anything else: an error reply of Redis, an unlock not confirmed...
+	errKindUsage       = "usage"        // the command line is wrong (exit status 2)
+	errKindUnavailable = "unavailable"  // Redis could not be reached, or did not answer in time
+	errKindWrongKind   = "wrong_kind"   // the name holds another kind of key than the command works on
+	errKindInterrupted = "interrupted"  // the command was interrupted (SIGINT, SIGTERM)
+	errKindHoldLost    = "hold_lost"    // run: the lock or leadership was lost while the command ran (exit status 3)
+	errKindNotAcquired = "not_acquired" // run: --wait ran out, the command was not run (exit status 4)
+	errKindOther       = "error"        // anything else: an error reply of Redis, an unlock not confirmed...
 )
 
 // kindError is an error of a known kind (one of errKind...), with err's text.
@@ -30,6 +32,22 @@ func (e *kindError) Unwrap() error { return e.err }
 
 // withKind returns err as an error of kind.
 func withKind(kind string, err error) error { return &kindError{kind: kind, err: err} }
+
+// exitError makes a command exit with status code rather than 1 (run passes on its command's status so).
+// Its err, when not nil, is printed as any error is; a nil err prints nothing.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
 
 // errorKind returns the kind of err, a command's error.
 func errorKind(err error) string {

@@ -36,14 +36,17 @@ func TestJSONErrors(t *testing.T) {
 		{[]string{"watch", "x", "--interval", "0s", "--json", "--redis", addr}, 2, "usage", "watch", "--interval"},
 		{[]string{"unlock", "x", "--json", "--redis", addr}, 2, "usage", "unlock", "--force"},
 		{[]string{"demo", "--lock", "nope", "--json"}, 2, "usage", "demo", "--lock"},
+		{[]string{"run", "--json", "--redis", addr, "x"}, 2, "usage", "run", "want NAME -- CMD"},
 		{[]string{"frobnicate", "--json"}, 2, "usage", "", `unknown command "frobnicate"`},
 		{[]string{"inspect", "x", "--json", "--redis", "127.0.0.1:1"}, 1, "unavailable", "inspect", "cannot connect to Redis at 127.0.0.1:1"},
 		{[]string{"list", "--json", "--redis", "127.0.0.1:1"}, 1, "unavailable", "list", "cannot connect"},
 		{[]string{"watch", "x", "--json", "--redis", "127.0.0.1:1"}, 1, "unavailable", "watch", "cannot connect"},
 		{[]string{"unlock", "--force", "--yes", "x", "--json", "--redis", "127.0.0.1:1"}, 1, "unavailable", "unlock", "cannot connect"},
 		{[]string{"demo", "--json", "--redis", "127.0.0.1:1"}, 1, "unavailable", "demo", "cannot connect"},
+		{[]string{"run", "--json", "--redis", "127.0.0.1:1", "x", "--", "true"}, 1, "unavailable", "run", "cannot connect"},
 		{[]string{"inspect", "a-string", "--json", "--redis", addr}, 1, "wrong_kind", "inspect", `"a-string" is not a lock`},
 		{[]string{"unlock", "--force", "--yes", "a-string", "--json=true", "--redis", addr}, 1, "wrong_kind", "unlock", "is not a lock"},
+		{[]string{"run", "--json", "--redis", addr, "a-string", "--", "true"}, 1, "wrong_kind", "run", `"a-string" is not a lock`},
 	} {
 		out, errOut := mustRun(t, tc.code, "", tc.args...)
 		cmd := strings.Join(tc.args, " ")

@@ -182,18 +182,11 @@ func (c *common) redisOption() (rueidis.ClientOption, error) {
 	return o, nil
 }
 
-// connect opens a rueidis client to --redis and wraps it in a relock Client. The caller must call the
-// returned close function. A server that cannot be reached is reported in one line, within --timeout.
-func (c *common) connect(ctx context.Context, opts *relock.Options) (*relock.Client, rueidis.Client, func(), error) {
-	return c.connectWith(ctx, opts, nil)
-}
-
-// connectWith is connect, with the rueidis client passed through wrap (when not nil) before the relock
-// Client is made on it; the rueidis client returned is what wrap returned.
-func (c *common) connectWith(ctx context.Context, opts *relock.Options, wrap func(rueidis.Client) rueidis.Client) (*relock.Client, rueidis.Client, func(), error) {
+// clientOption is redisOption with the command's timeouts: --timeout bounds each dial and each write.
+func (c *common) clientOption() (rueidis.ClientOption, error) {
 	o, err := c.redisOption()
 	if err != nil {
-		return nil, nil, nil, err
+		return o, err
 	}
 	o.DisableCache = true
 	o.Dialer.Timeout = c.timeout
@@ -203,6 +196,22 @@ func (c *common) connectWith(ctx context.Context, opts *relock.Options, wrap fun
 	}
 	if o.ConnWriteTimeout <= 0 {
 		o.ConnWriteTimeout = 5 * time.Second
+	}
+	return o, nil
+}
+
+// connect opens a rueidis client to --redis and wraps it in a relock Client. The caller must call the
+// returned close function. A server that cannot be reached is reported in one line, within --timeout.
+func (c *common) connect(ctx context.Context, opts *relock.Options) (*relock.Client, rueidis.Client, func(), error) {
+	return c.connectWith(ctx, opts, nil)
+}
+
+// connectWith is connect, with the rueidis client passed through wrap (when not nil) before the relock
+// Client is made on it; the rueidis client returned is what wrap returned.
+func (c *common) connectWith(ctx context.Context, opts *relock.Options, wrap func(rueidis.Client) rueidis.Client) (*relock.Client, rueidis.Client, func(), error) {
+	o, err := c.clientOption()
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	mode, err := c.shardedPubSub()
 	if err != nil {

@@ -8,6 +8,7 @@ require (
 	github.com/relock-go/relock v0.0.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.22.0
+	golang.org/x/sys v0.47.0
 )
 
 require (
@@ -20,7 +21,6 @@ require (
 	go.opentelemetry.io/otel v1.46.0 // indirect
 	go.opentelemetry.io/otel/metric v1.46.0 // indirect
 	go.opentelemetry.io/otel/trace v1.46.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
 )
 
 replace github.com/relock-go/relock => ../..

@@ -10,15 +10,22 @@
 //	                                 taken
 //	relock watch NAME                a lock's state changes, live
 //	relock unlock --force NAME       release a stuck lock and wake its waiters
+//	relock run NAME -- CMD [ARGS...] run CMD while holding the fenced lock NAME (with --election: while
+//	                                 leading the election NAME), its fencing token (the leader's term)
+//	                                 in RELOCK_FENCING_TOKEN; SIGTERM, then SIGKILL after --grace, end it
+//	                                 when the hold is lost
 //
 // Every command takes --redis ADDR (host:port, a comma-separated list of cluster seed nodes, or a
 // redis:// URL; default $RELOCK_REDIS, else 127.0.0.1:6379), --timeout D (above zero) and --json. demo
 // without --redis starts its own Redis. Exit status: 0 on success, 1 on an error, 2 on a usage error.
+// run exits with its command's status (128 + the signal's number when a signal ended it), or 3 when the
+// hold was lost while the command ran (it was ended), 4 when --wait ran out (the command was not run),
+// 126 when the command could not be run and 127 when it was not found.
 //
 // With --json, results are JSON on stdout, and an error is one line of JSON on stderr (see errorJSON):
 // {"error": "...", "kind": "...", "command": "..."}, where kind is usage (exit status 2), unavailable
 // (Redis could not be reached or did not answer in time), wrong_kind (the name holds another kind of key),
-// interrupted, or error (anything else).
+// interrupted, hold_lost (run, status 3), not_acquired (run, status 4), or error (anything else).
 package main
 
 import (
@@ -59,6 +66,7 @@ func init() {
 		{"list", "list the locks, elections and semaphores whose names match a pattern (SCAN, never KEYS)", runList},
 		{"watch", "print a lock's state changes as they happen", runWatch},
 		{"unlock", "release a stuck lock (--force) and wake its waiters", runUnlock},
+		{"run", "run a command while holding a lock (or leading an election); end it if the hold is lost", runRun},
 	}
 }
 
@@ -92,6 +100,12 @@ func run(ctx context.Context, e env) int {
 		case errors.Is(err, flag.ErrHelp):
 			return 0
 		}
+		if x, ok := err.(*exitError); ok {
+			if x.err != nil {
+				printError(e.stderr, c.name, x.err, e.json)
+			}
+			return x.code
+		}
 		if ctx.Err() != nil && errorKind(err) == errKindOther {
 			err = withKind(errKindInterrupted, err)
 		}
@@ -119,5 +133,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "With --json, results are JSON on stdout, and an error is one line of JSON on stderr:")
 	fmt.Fprintln(w, `  {"error": "...", "kind": "...", "command": "..."}, kind being usage (exit status 2),`)
 	fmt.Fprintln(w, "  unavailable, wrong_kind, interrupted or error (exit status 1).")
+	fmt.Fprintln(w, "run exits with its command's status (128+N when signal N ended it), 3 when the hold was lost")
+	fmt.Fprintln(w, "  (kind hold_lost: the command was ended), 4 when --wait ran out (kind not_acquired: it was not run).")
 	fmt.Fprintln(w, "Run 'relock COMMAND -h' for a command's flags.")
 }
