@@ -176,8 +176,12 @@ func (w *holdTable) acquired(k holdKey, a acquisition) bool {
 		if a.traced && !a.keepAlive { // no hold span where the acquisition was not traced (no SDK, or not sampled)
 			h.span = w.c.tel.startHold(a.parent, a.kind, a.name)
 		}
-		if !a.keepAlive && a.kind <= kindWrite { // a lock's hold: a field of a hash (see holdWatch)
-			w.c.watch.add(k)
+		switch {
+		case a.keepAlive:
+		case a.kind <= kindWrite: // a lock's hold: a field of a hash (see holdWatch)
+			w.c.watch.add(k, false)
+		case a.kind == kindSemaphore && a.renew.script == scriptPermitRenew: // a permit: a sorted set's member
+			w.c.watch.add(k, true)
 		}
 	}
 	h.count = a.count

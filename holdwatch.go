@@ -15,7 +15,7 @@ import (
 // server watches its holds' keys instead, with Redis's client-side tracking, on one connection of its own:
 //
 //   - Once a hold has lasted watchDelay (a hold released sooner costs nothing), the watch reads it, HEXISTS
-//     of its owner field, on that connection, which has CLIENT TRACKING on: Redis then tells the
+//     of its owner field (ZSCORE of a PermitSemaphore's permit), on that connection, which has CLIENT TRACKING on: Redis then tells the
 //     connection the next time the key changes (an invalidation), whatever changes it.
 //   - On an invalidation, it reads again the holds of the keys named (every hold, for a flush or a lost
 //     connection): the watchdog renews or checks a hold whose field is gone at once (holdTable.checkNow),
@@ -33,7 +33,7 @@ type holdWatch struct {
 	mu sync.Mutex
 	// holds are the watched holds, each with when it began to be watched, until it is first read (zero
 	// once read); keys counts them by key. (Flat maps: watching a hold allocates nothing in a steady state.)
-	holds   map[holdKey]time.Time
+	holds   map[holdKey]watchEntry
 	keys    map[string]int
 	pending int                 // holds not read yet
 	dirty   map[string]struct{} // keys to read again now
@@ -48,7 +48,7 @@ type holdWatch struct {
 const watchDelay = 5 * time.Millisecond
 
 func newHoldWatch(c *Client) *holdWatch {
-	return &holdWatch{c: c, holds: make(map[holdKey]time.Time), keys: make(map[string]int),
+	return &holdWatch{c: c, holds: make(map[holdKey]watchEntry), keys: make(map[string]int),
 		dirty: make(map[string]struct{}), kick: make(chan struct{}, 1), stopped: make(chan struct{})}
 }
 
@@ -67,8 +67,16 @@ func (hw *holdWatch) close() {
 	}
 }
 
-// add watches the hold k from now on.
-func (hw *holdWatch) add(k holdKey) {
+// watchEntry is a watched hold: when it began to be watched, until it is first read (zero once read), and
+// whether it is a member of a sorted set (a PermitSemaphore's permit) rather than a field of a hash.
+type watchEntry struct {
+	since time.Time
+	zset  bool
+}
+
+// add watches the hold k from now on: a field of the hash k.key, or, when zset, a member of the sorted set
+// k.key.
+func (hw *holdWatch) add(k holdKey, zset bool) {
 	if hw == nil {
 		return
 	}
@@ -81,7 +89,7 @@ func (hw *holdWatch) add(k holdKey) {
 		hw.keys[k.key]++
 		hw.pending++
 	}
-	hw.holds[k] = time.Now()
+	hw.holds[k] = watchEntry{since: time.Now(), zset: zset}
 	if !hw.started {
 		hw.started = true
 		go hw.loop()
@@ -96,12 +104,12 @@ func (hw *holdWatch) remove(k holdKey) {
 	}
 	hw.mu.Lock()
 	defer hw.mu.Unlock()
-	since, ok := hw.holds[k]
+	e, ok := hw.holds[k]
 	if !ok {
 		return
 	}
 	delete(hw.holds, k)
-	if !since.IsZero() {
+	if !e.since.IsZero() {
 		hw.pending--
 	}
 	if hw.keys[k.key]--; hw.keys[k.key] <= 0 {
@@ -229,15 +237,15 @@ func (hw *holdWatch) due(now time.Time) ([]watched, time.Duration) {
 	var keys []holdKey
 	next := time.Duration(0)
 	if hw.pending > 0 || hw.all || len(hw.dirty) > 0 {
-		for k, since := range hw.holds {
-			if !since.IsZero() { // not read yet: its first read is due watchDelay after it began
-				if wait := since.Add(watchDelay).Sub(now); wait > 0 {
+		for k, e := range hw.holds {
+			if !e.since.IsZero() { // not read yet: its first read is due watchDelay after it began
+				if wait := e.since.Add(watchDelay).Sub(now); wait > 0 {
 					if next == 0 || wait < next {
 						next = wait
 					}
 					continue
 				}
-				hw.holds[k] = time.Time{}
+				hw.holds[k] = watchEntry{zset: e.zset}
 				hw.pending--
 				keys = append(keys, k)
 				continue
@@ -264,16 +272,31 @@ type watched struct {
 func (hw *holdWatch) read(life context.Context, conn rueidis.DedicatedClient, holds []watched) error {
 	cmds := make(rueidis.Commands, len(holds))
 	for i, w := range holds {
-		cmds[i] = conn.B().Hexists().Key(w.k.key).Field(w.k.field).Build()
+		if w.h.kind == kindSemaphore { // a permit: a member of the sorted set of permits taken
+			cmds[i] = conn.B().Zscore().Key(w.k.key).Member(w.k.field).Build()
+		} else {
+			cmds[i] = conn.B().Hexists().Key(w.k.key).Field(w.k.field).Build()
+		}
 	}
 	ctx, cancel := context.WithTimeout(life, subscribeTimeout)
 	defer cancel()
 	for i, r := range conn.DoMulti(ctx, cmds...) {
-		n, err := r.AsInt64()
+		var there bool
+		err := r.Error()
+		if holds[i].h.kind == kindSemaphore {
+			there = err == nil // ZSCORE: nil when the member is gone
+			if rueidis.IsRedisNil(err) {
+				err = nil
+			}
+		} else {
+			var n int64
+			n, err = r.AsInt64()
+			there = err == nil && n == 1
+		}
 		if _, refused := rueidis.IsRedisErr(err); err != nil && !refused {
 			return err
 		}
-		if n == 0 || err != nil { // gone, or its key is no hash now (WRONGTYPE)
+		if !there { // gone, or its key is of another type now (WRONGTYPE)
 			hw.c.holds.checkNow(holds[i].h)
 		}
 	}

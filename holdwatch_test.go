@@ -167,3 +167,37 @@ func TestNoHoldWatch(t *testing.T) {
 		t.Fatalf("cause = %v", context.Cause(hctx))
 	}
 }
+
+// A PermitSemaphore's permit taken away behind its holder's back (its sorted set deleted) ends the
+// permit's context within milliseconds too.
+func TestPermitLossSeenAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	s := c.PermitSemaphore("seen-permits")
+	if _, err := s.TrySetPermits(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, err := p.Context(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	do(t, rdb, "DEL", "{seen-permits}:timeout")
+	select {
+	case <-pctx.Done():
+		if !errors.Is(context.Cause(pctx), relock.ErrLockLost) {
+			t.Fatalf("cause = %v; want ErrLockLost", context.Cause(pctx))
+		}
+		t.Logf("the permit's holder knew after %v", time.Since(start))
+	case <-time.After(2 * time.Second):
+		t.Fatal("the permit's context still runs 2 s after its permit was taken away")
+	}
+}

@@ -70,7 +70,8 @@ type Options struct {
 
 	// NoHoldWatch turns off the watch of the Client's holds in Redis (see below), leaving the watchdog's
 	// renewals and checks alone to tell a loss, up to WatchdogTimeout/3 after it. By default, on a single
-	// server (not a cluster), a Client watches the keys of its holds (locks of every kind) with Redis's
+	// server (not a cluster), a Client watches the keys of its holds (locks of every kind, and
+	// PermitSemaphore permits) with Redis's
 	// client-side tracking, on one connection of its own: a hold deleted or taken behind its holder's back
 	// (ForceUnlock, a DEL, a flush) ends its HoldContext with ErrLockLost within milliseconds. It costs,
 	// per hold that lasts over 5 ms, one HEXISTS, and one more after each change of its key (a renewal

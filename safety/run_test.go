@@ -42,7 +42,7 @@ type scenario struct {
 	// guarded keeps the register on the lock's server and writes it with the hold's GuardedWrite, which
 	// lands only while the hold is current (checked in the same script run): no token check in the store.
 	guarded bool
-	expect     expectation
+	expect  expectation
 
 	servers    int      // the lock's servers: 1, or the nodes of a RedLock
 	serverArgs []string // extra redis-server arguments (persistence)
