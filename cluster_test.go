@@ -404,3 +404,49 @@ func TestClusterFailoverLosesUnreplicatedHold(t *testing.T) {
 		t.Fatalf("another owner cannot take the lost lock: %v, %v", ok, err)
 	}
 }
+
+// On a cluster: a release request reaches a listening holder (on sharded or plain pub/sub, as the Client
+// announces releases), guarded writes run in the lock's slot and are refused, with nothing sent, for a
+// command of another slot, and a fenced write goes to its fence's slot.
+func TestClusterRevokeAndGuardedWrites(t *testing.T) {
+	t.Parallel()
+	d := onCluster(t, t.Name()+":")
+	a, b := d.client(t, nil), d.client(t, nil)
+	rdb := d.raw(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := "{" + d.name("revoke") + "}"
+	la, lb := a.Lock(name, relock.WithFencing()), b.Lock(name, relock.WithFencing())
+	holder := relock.WithOwner(ctx, "holder")
+	if err := la.Lock(holder); err != nil {
+		t.Fatal(err)
+	}
+	requests, err := la.ReleaseRequests(holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if _, ok := <-requests; ok {
+			_ = la.Unlock(holder)
+		}
+	}()
+	if err := lb.Revoke(ctx, "rebalance", 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := lb.IsHeld(ctx); !held {
+		t.Fatal("Revoke did not give the lock to the requester")
+	}
+	if _, err := lb.GuardedWrite(ctx, b.B().Set().Key(name+":data").Value("1").Build()); err != nil {
+		t.Fatal(err)
+	}
+	other := d.name("elsewhere") // hashed whole: almost surely another slot
+	if _, err := lb.GuardedWrite(ctx, b.B().Set().Key(other).Value("x").Build()); !errors.Is(err, relock.ErrCrossSlot) {
+		t.Fatalf("a guarded write to another slot = %v; want ErrCrossSlot", err)
+	}
+	if n, _ := rdb.Do(ctx, rdb.B().Exists().Key(other).Build()).AsInt64(); n != 0 {
+		t.Fatal("a refused cross-slot write landed")
+	}
+	fence := "{" + d.name("res") + "}:fence"
+	if _, err := lb.FencedWrite(ctx, fence, b.B().Set().Key("{"+d.name("res")+"}:data").Value("1").Build()); err != nil {
+		t.Fatal(err)
+	}
+}
