@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -122,11 +123,12 @@ func newEnv(t *testing.T, sc *scenario) *env {
 
 // round is one run of a scenario's workers on a fresh lock and register.
 type round struct {
-	t    *testing.T
-	sc   *scenario
-	env  *env
-	name string // the lock's name
-	hist *History
+	t     *testing.T
+	store *Store // the register
+	sc    *scenario
+	env   *env
+	name  string // the lock's name
+	hist  *History
 	// gates, when set (by an orchestrated scenario), hold each worker back until its gate is closed.
 	gates  []chan struct{}
 	faults atomic.Int64
@@ -289,7 +291,7 @@ func (sc *scenario) runRound(t *testing.T, e *env, i int) roundResult {
 	if sc.guarded { // on the lock's server, read plainly, written by GuardedWrite
 		store = NewStore(e.admin[0], "store:"+name, Unfenced)
 	}
-	r := &round{t: t, sc: sc, env: e, name: name, hist: NewHistory(), faulted: make(chan struct{})}
+	r := &round{t: t, sc: sc, env: e, name: name, hist: NewHistory(), faulted: make(chan struct{}), store: store}
 	r.told.Store(-1)
 	if sc.orchestrate != nil {
 		r.gates = make([]chan struct{}, sc.workers)
@@ -458,6 +460,48 @@ func pauseHolder(r *round, h *hold) bool {
 		p.Stall(faultnet.Downstream, false)
 	}
 	r.hist.Annotate("fault", start, r.hist.Now(), fmt.Sprintf("holder paused %v", r.sc.fault))
+	r.faults.Add(1)
+	return false
+}
+
+// revokeHolder takes the lock from the holder between its check and its write (TakeOver, on worker 1's
+// Client, as an owner of its own), runs a section of its own under that hold, recorded as one more client
+// of the history, writing through the guard, and releases the lock. The holder then writes without
+// checking again: the guard must refuse its write.
+func revokeHolder(r *round, h *hold) bool {
+	start := r.hist.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	owner := relock.WithOwner(ctx, "revoker")
+	var opts []relock.LockOption
+	if r.sc.fenced {
+		opts = append(opts, relock.WithFencing())
+	}
+	c := r.env.clients[1][0]
+	l := c.Lock(r.name, opts...)
+	if err := l.TakeOver(owner); err != nil {
+		r.t.Errorf("TakeOver: %v", err)
+		return false
+	}
+	var token uint64
+	if r.sc.fenced {
+		token, _ = l.FencingToken(owner)
+	}
+	call := r.hist.Now()
+	read, err := r.store.Read(ctx, token)
+	if err == nil {
+		v := RegisterValue(r.sc.workers, 1)
+		if r.sc.counter {
+			v = read + 1
+		}
+		_, werr := l.GuardedWrite(owner, c.B().Set().Key(r.store.key).Value(strconv.FormatInt(v, 10)).Build())
+		r.hist.Add(r.sc.workers, call, r.hist.Now(), Input{Token: token, Write: v}, Output{Read: read, Accepted: werr == nil, Unknown: werr != nil && !errors.Is(werr, relock.ErrNotHeld)})
+	}
+	time.Sleep(r.sc.fault)
+	if err := l.Unlock(owner); err != nil {
+		r.t.Errorf("the revoker's Unlock: %v", err)
+	}
+	r.hist.Annotate("fault", start, r.hist.Now(), "lock taken over")
 	r.faults.Add(1)
 	return false
 }

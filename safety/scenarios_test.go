@@ -62,6 +62,24 @@ func TestGuardedWrites(t *testing.T) {
 	}
 }
 
+// TestRevokedHolder: between worker 0's check and its write, another Client takes the lock over
+// (TakeOver), writes the register under it through the guard, and releases it; worker 0 then writes
+// without checking again. Its guarded write must be refused: every history linearizable, fenced lock or
+// not, register or counter.
+func TestRevokedHolder(t *testing.T) {
+	for _, fenced := range []bool{true, false} {
+		for _, counter := range []bool{false, true} {
+			sc := scenario{name: "revoked-holder", kind: kindRLock, fenced: fenced, guarded: true, counter: counter,
+				expect: mustBeSafe, watchdog: watchdog, work: 20 * time.Millisecond, fault: 100 * time.Millisecond,
+				inSection: revokeHolder, after: 300 * time.Millisecond}
+			if counter {
+				sc.name = "revoked-holder-counter"
+			}
+			t.Run(sc.name+"/"+sc.variant(), func(t *testing.T) { run(t, sc) })
+		}
+	}
+}
+
 // eachKind runs, for each of kinds and each variant it has (fenced when it gives a token, and unfenced), the
 // scenario f returns, as a parallel subtest.
 func eachKind(t *testing.T, kinds []lockKind, f func(k lockKind, fenced bool) scenario) {
