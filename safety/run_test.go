@@ -62,6 +62,9 @@ type scenario struct {
 	orchestrate func(r *round)
 	cluster     bool // the lock's servers are a cluster of 3 masters with a replica each
 	replicaAck  bool // acquisitions wait for a replica's acknowledgement (WithReplicaAck)
+	// noHoldWatch gives the Clients Options.NoHoldWatch: only the watchdog tells a holder of its loss, as on
+	// a cluster, where the watch of holds does not run.
+	noHoldWatch bool
 	// after is how long a round goes on after an in-section fault (after the rejoin, for a failover); for
 	// background faults, the round's length.
 	after  time.Duration
@@ -81,6 +84,9 @@ func (sc *scenario) variant() string {
 	}
 	if sc.replicaAck {
 		v += "+replica-ack"
+	}
+	if sc.noHoldWatch {
+		v += "+no-hold-watch"
 	}
 	return v
 }
@@ -110,7 +116,7 @@ func newEnv(t *testing.T, sc *scenario) *env {
 		for _, srv := range e.servers {
 			p := testutil.Proxy(t, srv.Addr())
 			ps = append(ps, p)
-			cs = append(cs, testutil.Client(t, []string{p.Addr}, &relock.Options{WatchdogTimeout: sc.watchdog}))
+			cs = append(cs, testutil.Client(t, []string{p.Addr}, &relock.Options{WatchdogTimeout: sc.watchdog, NoHoldWatch: sc.noHoldWatch}))
 		}
 		e.proxies = append(e.proxies, ps)
 		e.clients = append(e.clients, cs)
