@@ -523,3 +523,36 @@ func ExampleRLock_GuardedWrite() {
 	// SET: OK
 	// after Unlock: true
 }
+
+func ExampleRLock_Revoke() {
+	ctx := context.Background()
+	worker, _ := relock.New([]string{redisAddr}, nil)
+	defer worker.Close()
+	deployer, _ := relock.New([]string{redisAddr}, nil)
+	defer deployer.Close()
+
+	// A worker holds the lock, and listens for requests to release it.
+	job := worker.Lock("example:revoke")
+	owner := relock.WithOwner(ctx, "job-7") // it releases from another goroutine
+	_ = job.Lock(owner)
+	requests, _ := job.ReleaseRequests(owner)
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		req := <-requests
+		fmt.Println("asked to release:", req.Reason)
+		_ = job.Unlock(owner) // after a checkpoint
+	}()
+
+	// The deployer asks, and would take the lock over after 30 s if the worker kept it.
+	if err := deployer.Lock("example:revoke").Revoke(ctx, "deploying v2", 30*time.Second); err != nil {
+		fmt.Println(err)
+		return
+	}
+	<-released
+	fmt.Println("the deployer holds the lock")
+	_ = deployer.Lock("example:revoke").Unlock(ctx)
+	// Output:
+	// asked to release: deploying v2
+	// the deployer holds the lock
+}

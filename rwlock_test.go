@@ -418,3 +418,31 @@ func TestReadHoldAfterItsLeaseRanOutBesideAnotherReader(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A writer waits for the readers that still hold the lock, not for the hash's time to live: a reader
+// whose lease runs out frees the lock for a waiting writer then, though an earlier reader's watchdog gave
+// the hash a longer life (30 s here). (The explorer found the writer asleep past the last reader.)
+func TestWriterWaitsForLiveReadersOnly(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c, other := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	rw := c.ReadWriteLock("live-readers")
+	a, b := relock.WithOwner(ctx, "a"), relock.WithOwner(ctx, "b")
+	if err := rw.ReadLock().Lock(a); err != nil { // the watchdog's hold: the hash lives 30 s
+		t.Fatal(err)
+	}
+	if err := rw.ReadLock().LockWithLease(b, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.ReadLock().Unlock(a); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := other.ReadWriteLock("live-readers").WriteLock().Lock(wctx); err != nil {
+		t.Fatalf("the writer, 5 s after the last reader's 300 ms lease: %v", err)
+	}
+	t.Logf("the writer got the lock after %v", time.Since(start))
+}

@@ -15,7 +15,9 @@
 -- ARGV[7]  the attempt's id
 --
 -- Returns {1, writeCount, token} when the owner now holds the write lock (token: 0 when not fenced);
---         {0, wait, 0}           when it must wait: wait is the lock's remaining time to live (-1: none);
+--         {0, wait, 0}           when it must wait: wait is how long the lock may still be held unless
+--                                renewed, in milliseconds (-1: no bound): the writer's time to live, or
+--                                the longest of the live readers' (see read_hold_ttl in lib/readers.lua);
 --         {-1, 0, 0}             when the owner holds the read lock: the write lock would wait for it
 --                                forever (an upgrade), so the caller fails at once.
 --         {-2, 0, 0}             when this attempt was undone before it arrived (see lib/undone.lua):
@@ -41,20 +43,28 @@ local ttl = tonumber(ARGV[1])
 local writer = ARGV[2]
 
 local mode = redis.call('hget', KEYS[1], 'mode')
+local readers_left = 0 -- in read mode: how long the live readers may still hold the lock (-1: no bound)
 if mode == 'read' then
   local own = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
   if own and read_hold_alive(ARGV[6], ARGV[3], own) then
     return {-1, 0, 0}
   end
-  -- Readers whose every hold level has expired (their Client stopped renewing) no longer count.
+  -- Readers whose every hold level has expired (their Client stopped renewing, their lease ran out) no
+  -- longer count. The others hold the lock for readers_left at most, unless renewed.
   local live = false
   local fields = redis.call('hkeys', KEYS[1])
   for _, field in ipairs(fields) do
     if field ~= 'mode' then
-      if read_hold_alive(ARGV[6], field, tonumber(redis.call('hget', KEYS[1], field)) or 0) then
-        live = true
-      else
+      local left = read_hold_ttl(ARGV[6], field, tonumber(redis.call('hget', KEYS[1], field)) or 0)
+      if left == 0 then
         redis.call('hdel', KEYS[1], field)
+      else
+        live = true
+        if left < 0 or readers_left < 0 then
+          readers_left = -1
+        elseif left > readers_left then
+          readers_left = left
+        end
       end
     end
   end
@@ -74,5 +84,8 @@ end
 if ARGV[4] ~= '' and ARGV[5] == '1' then
   local now = now_ms()
   redis.call('zadd', KEYS[2], now + tonumber(ARGV[4]), writer)
+end
+if mode == 'read' then
+  return {0, readers_left, 0}
 end
 return {0, redis.call('pttl', KEYS[1]), 0}
