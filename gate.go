@@ -34,6 +34,9 @@ type gates struct {
 	hub *hub // the Client's
 	mu  sync.Mutex
 	m   map[string]*gate
+	// pool keeps the gates forgotten, for reuse. It is the Client's own: a waiter that still refers to a
+	// gate after it was forgotten (see enter) touches it under this Client's mu only.
+	pool sync.Pool
 }
 
 // maxHandoffs is how many times in a row a Client hands a lock to its own waiters, and yieldFor the head
@@ -79,8 +82,6 @@ type handoff struct {
 	sentAt time.Time
 }
 
-var gatePool = sync.Pool{New: func() any { return new(gate) }}
-
 // enter puts an acquisition of name in its gate, and returns its waiter once it is the head, with handed
 // false, or once a release handed it the lock (handed true: the waiter has left the gate; its hold is to
 // be recorded). It returns a nil waiter and no error when deadline (zero: none) passes first, and ctx's
@@ -90,7 +91,10 @@ func (gs *gates) enter(ctx context.Context, name string, t handoffTarget, deadli
 	gs.mu.Lock()
 	g := gs.m[name]
 	if g == nil {
-		g = gatePool.Get().(*gate)
+		g, _ = gs.pool.Get().(*gate)
+		if g == nil {
+			g = new(gate)
+		}
 		if gs.m == nil {
 			gs.m = make(map[string]*gate)
 		}
@@ -140,6 +144,12 @@ func (gs *gates) enter(ctx context.Context, name string, t handoffTarget, deadli
 		return nil, h, nil
 	}
 	gs.mu.Lock()
+	if e.free {
+		// The gate let it go as it gave up (see trouble): it is in the gate no more, which may be forgotten
+		// and reused for another lock already.
+		gs.mu.Unlock()
+		return nil, handoff{}, err
+	}
 	if g.head == e { // it became the head meanwhile: the turn goes on
 		gs.mu.Unlock()
 		gs.exit(e)
@@ -218,7 +228,7 @@ func (gs *gates) forgetIfEmptyLocked(g *gate, name string) {
 	delete(gs.m, name)
 	if !g.first.pending {
 		*g = gate{}
-		gatePool.Put(g)
+		gs.pool.Put(g)
 	}
 }
 
