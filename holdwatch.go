@@ -40,6 +40,7 @@ type holdWatch struct {
 	all     bool                // read every watched hold again
 	started bool
 	off     bool // tracking refused by the server: the watchdog alone watches
+	armed   bool // the loop's timer is set for the first hold not read yet: add need not wake the loop
 	kick    chan struct{}
 	stopped chan struct{} // closed when the loop has ended
 }
@@ -94,7 +95,9 @@ func (hw *holdWatch) add(k holdKey, zset bool) {
 		hw.started = true
 		go hw.loop()
 	}
-	hw.kickLocked()
+	if !hw.armed { // else the loop's timer fires for an earlier hold, and sees this one then
+		hw.kickLocked()
+	}
 }
 
 // remove stops watching the hold k, which ended.
@@ -257,6 +260,7 @@ func (hw *holdWatch) due(now time.Time) ([]watched, time.Duration) {
 	}
 	hw.all = false
 	clear(hw.dirty)
+	hw.armed = next > 0
 	hw.mu.Unlock()
 	return hw.c.holds.watchedHolds(keys), next
 }
