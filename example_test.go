@@ -556,3 +556,28 @@ func ExampleRLock_Revoke() {
 	// asked to release: deploying v2
 	// the deployer holds the lock
 }
+
+func ExampleRLock_HoldContext_lost() {
+	ctx := context.Background()
+	holder, _ := relock.New([]string{redisAddr}, nil)
+	defer holder.Close()
+	operator, _ := relock.New([]string{redisAddr}, nil)
+	defer operator.Close()
+
+	l := holder.Lock("example:lost")
+	_ = l.Lock(ctx)
+	held, _ := l.HoldContext(ctx)
+	time.Sleep(20 * time.Millisecond) // the Client watches a hold once it has lasted a few milliseconds
+
+	// An operator forces the lock open behind the holder's back: the holder is told within milliseconds,
+	// not at the watchdog's next check (10 s later by default).
+	_, _ = operator.Lock("example:lost").ForceUnlock(ctx)
+	select {
+	case <-held.Done():
+		fmt.Println("lost:", errors.Is(context.Cause(held), relock.ErrLockLost))
+	case <-time.After(5 * time.Second):
+		fmt.Println("not told within 5 s")
+	}
+	// Output:
+	// lost: true
+}

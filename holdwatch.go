@@ -329,6 +329,10 @@ func (w *holdTable) checkNow(h *hold) {
 	defer w.mu.Unlock()
 	switch {
 	case h.ended || w.holds[h.key] != h:
+	case h.releases > 0:
+		// Its owner's release under way may be what removed it (its invalidation can come before the
+		// release's reply): that release's outcome decides, as for a renewal that finds it gone.
+		h.gone = true
 	case h.inflight:
 		h.checkAgain = true
 	case h.index >= 0:
