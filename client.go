@@ -108,11 +108,14 @@ type Client struct {
 	// 36; with the owner's field, which holds the Client's ID, it names the attempt uniquely.
 	attempts atomic.Uint64
 	hub      *hub
-	gates    gates            // the Client's waiters of each Lock, queued locally (see gates)
-	watch    *holdWatch       // the watch of its holds' keys (see holdWatch); nil when off
-	guarded  guardedScripts   // GuardedEval's scripts
-	requests requestListeners // its holders that listen for release requests (see ReleaseRequests)
-	tel      *telemetry
+	gates    gates      // the Client's waiters of each Lock, queued locally (see gates)
+	watch    *holdWatch // the watch of its holds' keys (see holdWatch); nil when off
+	// watchOption is New's rueidis options, for the watch's own client on a cluster (see holdWatch.connect);
+	// nil for a Client made by Wrap.
+	watchOption *rueidis.ClientOption
+	guarded     guardedScripts   // GuardedEval's scripts
+	requests    requestListeners // its holders that listen for release requests (see ReleaseRequests)
+	tel         *telemetry
 
 	// Close's phases (see shutdown). closing ends as Close begins: calls fail with ErrClosed from then on,
 	// waiters return, and what would wait on for the Client (observers, late queue leaves) stops. life ends
@@ -188,6 +191,7 @@ func NewContext(ctx context.Context, addrs []string, opts *Options) (*Client, er
 		return nil, err
 	}
 	guard.Store(&c.guard)
+	c.watchOption = &ro
 	return c, nil
 }
 
@@ -272,7 +276,7 @@ func newClient(rdb rueidis.Client, borrowed bool, id string, o Options) (*Client
 	c.tel.log = o.Logger
 	c.hub = newHub(redisSubscriber{rdb}, c.id, life, c.cluster, c.shardedPubSub)
 	c.gates.hub = c.hub
-	if !c.cluster && !o.NoHoldWatch {
+	if !o.NoHoldWatch && (!c.cluster || !borrowed) { // a wrapped cluster client: no options to make the watch's
 		c.watch = newHoldWatch(c)
 	}
 	return c, nil

@@ -450,3 +450,35 @@ func TestClusterRevokeAndGuardedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// On a cluster too, a hold deleted behind its holder's back ends its HoldContext within milliseconds (the
+// watch's own caching client tracks each key on its node), long before the watchdog's first check (10 s).
+func TestClusterLossSeenAtOnce(t *testing.T) {
+	t.Parallel()
+	d := onCluster(t, t.Name()+":")
+	c := d.client(t, nil)
+	rdb := d.raw(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	for _, base := range []string{"a", "b", "c", "d"} { // names in several slots, so on several nodes
+		name := d.name(base)
+		l := c.Lock(name)
+		if err := l.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		held, err := l.HoldContext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		start := time.Now()
+		if err := rdb.Do(ctx, rdb.B().Del().Key(name).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-held.Done():
+			t.Logf("%s: the holder knew after %v", name, time.Since(start))
+		case <-time.After(3 * time.Second):
+			t.Fatalf("%s: the hold context still runs 3 s after the hold was deleted", name)
+		}
+	}
+}

@@ -11,8 +11,9 @@ import (
 
 // A hold deleted or taken behind its holder's back (ForceUnlock, an operator's DEL, a FLUSHALL, a key
 // evicted) would be noticed at the watchdog's next renewal or check, up to a third of the watchdog timeout
-// later: the window in which a holder keeps working on a lock another owner may have. A Client on a single
-// server watches its holds' keys instead, with Redis's client-side tracking, on one connection of its own:
+// later: the window in which a holder keeps working on a lock another owner may have. A Client watches its
+// holds' keys instead, with Redis's client-side tracking, on a link of its own (see watchLink: one
+// connection on a single server, a caching rueidis client on a cluster):
 //
 //   - Once a hold has lasted watchDelay (a hold released sooner costs nothing), the watch reads it, HEXISTS
 //     of its owner field (ZSCORE of a PermitSemaphore's permit), on that connection, which has CLIENT TRACKING on: Redis then tells the
@@ -145,14 +146,12 @@ func (hw *holdWatch) invalidated(msgs []rueidis.RedisMessage) {
 	hw.kickLocked()
 }
 
-// loop owns the watch's connection: it reads the holds that are due, and restores the connection when it
-// is lost, until the Client's lifetime ends.
+// loop owns the watch's link to Redis (see watchLink): it reads the holds that are due, and restores the
+// link when it is lost, until the Client's lifetime ends.
 func (hw *holdWatch) loop() {
 	life := hw.c.life
 	var (
-		conn  rueidis.DedicatedClient
-		done  func()
-		lost  <-chan error
+		link  watchLink
 		retry backoff
 		timer = time.NewTimer(time.Hour)
 	)
@@ -160,30 +159,34 @@ func (hw *holdWatch) loop() {
 	defer close(hw.stopped)
 	defer func() {
 		timer.Stop()
-		if done != nil {
-			done()
+		if link != nil {
+			link.close()
 		}
 	}()
+	readAll := func() {
+		hw.mu.Lock()
+		hw.all = true
+		hw.mu.Unlock()
+	}
 	for {
+		var lost <-chan error
+		if link != nil {
+			lost = link.lost()
+		}
 		select {
 		case <-life.Done():
 			return
 		case <-hw.kick:
 		case <-timer.C:
 		case <-lost:
-			done()
-			conn, done, lost = nil, nil, nil
-			hw.mu.Lock()
-			hw.all = true
-			hw.mu.Unlock()
+			link.close()
+			link = nil
+			readAll()
 		}
-		if conn == nil {
+		if link == nil {
 			var err error
-			if conn, done, lost, err = hw.connect(life); err != nil {
-				if done != nil {
-					done()
-				}
-				conn, done, lost = nil, nil, nil
+			if link, err = hw.connect(life); err != nil {
+				link = nil
 				if _, refused := rueidis.IsRedisErr(err); refused || permanent(err) {
 					// The server refuses tracking (an ACL without CLIENT TRACKING, no RESP3): the watchdog
 					// alone watches.
@@ -199,9 +202,7 @@ func (hw *holdWatch) loop() {
 				continue
 			}
 			retry.reset()
-			hw.mu.Lock()
-			hw.all = true
-			hw.mu.Unlock()
+			readAll()
 		}
 		holds, next := hw.due(time.Now())
 		if next > 0 {
@@ -210,28 +211,119 @@ func (hw *holdWatch) loop() {
 		if len(holds) == 0 {
 			continue
 		}
-		if err := hw.read(life, conn, holds); err != nil {
-			done()
-			conn, done, lost = nil, nil, nil
-			hw.mu.Lock()
-			hw.all = true
-			hw.mu.Unlock()
+		if err := hw.read(life, link, holds); err != nil {
+			if link.broken(err) {
+				link.close()
+				link = nil
+			}
+			readAll()
 			timer.Reset(retry.pause())
 		}
 	}
 }
 
-// connect opens the watch's connection and turns tracking on.
-func (hw *holdWatch) connect(life context.Context) (rueidis.DedicatedClient, func(), <-chan error, error) {
+// watchLink is the watch's link to Redis: reads that have Redis track the keys they read, and the
+// invalidations that follow, which go to holdWatch.invalidated.
+type watchLink interface {
+	// read sends cmds, one read of a hold each, and returns their replies.
+	read(ctx context.Context, cmds []watchRead) []rueidis.RedisResult
+	// lost is closed (or gets an error) when the link is gone; nil when the link restores itself.
+	lost() <-chan error
+	// broken reports whether a read's error means the link is unusable.
+	broken(err error) bool
+	close()
+}
+
+// watchRead is one read of a hold: HEXISTS of a lock's owner field, or ZSCORE of a permit.
+type watchRead struct {
+	key, field string
+	zset       bool
+}
+
+// connect makes the watch's link: on a single server, a connection of its own (taken from the Client's
+// rueidis client) with CLIENT TRACKING on; on a cluster, a rueidis client of its own with client-side
+// caching on, which keeps tracking on each node's connection and follows the cluster's topology (a Client
+// made by Wrap has none: its options are not known).
+func (hw *holdWatch) connect(life context.Context) (watchLink, error) {
+	if hw.c.cluster {
+		if hw.c.watchOption == nil {
+			return nil, errorf("%w: no options for a watch of a wrapped cluster client", ErrInvalidOptions)
+		}
+		opt := *hw.c.watchOption
+		opt.DisableCache = false
+		opt.OnInvalidations = hw.invalidated
+		opt.ClientName += "-watch"
+		rdb, err := rueidis.NewClient(opt)
+		if err != nil {
+			return nil, err
+		}
+		return cachingLink{rdb}, nil
+	}
 	conn, done := hw.c.rdb.Dedicate()
 	lost := conn.SetOnInvalidations(hw.invalidated)
 	ctx, cancel := context.WithTimeout(life, subscribeTimeout)
 	defer cancel()
 	if err := conn.Do(ctx, conn.B().ClientTracking().On().Build()).Error(); err != nil {
-		return nil, done, nil, err
+		done()
+		return nil, err
 	}
-	return conn, done, lost, nil
+	return dedicatedLink{conn: conn, done: done, gone: lost}, nil
 }
+
+// dedicatedLink is a single server's link: one dedicated connection with CLIENT TRACKING on.
+type dedicatedLink struct {
+	conn rueidis.DedicatedClient
+	done func()
+	gone <-chan error
+}
+
+func (l dedicatedLink) read(ctx context.Context, reads []watchRead) []rueidis.RedisResult {
+	cmds := make(rueidis.Commands, len(reads))
+	for i, r := range reads {
+		if r.zset {
+			cmds[i] = l.conn.B().Zscore().Key(r.key).Member(r.field).Build()
+		} else {
+			cmds[i] = l.conn.B().Hexists().Key(r.key).Field(r.field).Build()
+		}
+	}
+	return l.conn.DoMulti(ctx, cmds...)
+}
+
+func (l dedicatedLink) lost() <-chan error { return l.gone }
+
+// broken: any failure to get an answer on the one connection means it is gone.
+func (l dedicatedLink) broken(error) bool { return true }
+
+func (l dedicatedLink) close() { l.done() }
+
+// cachingLink is a cluster's link: a rueidis client with client-side caching, whose cached reads are
+// tracked on the connection to the key's node. A read that is cached already costs no round trip; one
+// whose key changed was dropped from the cache by its invalidation, and goes to Redis, tracked again.
+type cachingLink struct{ rdb rueidis.Client }
+
+// watchCacheTTL is how long a watched hold's read stays in the cache: the invalidation of its key drops
+// it sooner, and a read after it ends goes to Redis, tracked again.
+const watchCacheTTL = time.Hour
+
+func (l cachingLink) read(ctx context.Context, reads []watchRead) []rueidis.RedisResult {
+	cmds := make([]rueidis.CacheableTTL, len(reads))
+	for i, r := range reads {
+		if r.zset {
+			cmds[i] = rueidis.CT(l.rdb.B().Zscore().Key(r.key).Member(r.field).Cache(), watchCacheTTL)
+		} else {
+			cmds[i] = rueidis.CT(l.rdb.B().Hexists().Key(r.key).Field(r.field).Cache(), watchCacheTTL)
+		}
+	}
+	return l.rdb.DoMultiCache(ctx, cmds...)
+}
+
+// lost: nil, rueidis restores the connections (and tells their loss as a flush, OnInvalidations(nil)).
+func (l cachingLink) lost() <-chan error { return nil }
+
+// broken: never, the client reconnects by itself; the holds are read again.
+func (l cachingLink) broken(error) bool { return false }
+
+func (l cachingLink) close() { l.rdb.Close() }
 
 // due returns the holds to read now, with the hold the table has for each, and how long until the next
 // pending hold is due (0: none).
@@ -271,23 +363,20 @@ type watched struct {
 	h *hold
 }
 
-// read reads the holds, tracking their keys, and ends those Redis no longer has. An error means the
-// connection is unusable.
-func (hw *holdWatch) read(life context.Context, conn rueidis.DedicatedClient, holds []watched) error {
-	cmds := make(rueidis.Commands, len(holds))
+// read reads the holds, tracking their keys, and has the watchdog check at once those Redis no longer has.
+// An error means some reads got no answer: their holds are to be read again.
+func (hw *holdWatch) read(life context.Context, link watchLink, holds []watched) error {
+	reads := make([]watchRead, len(holds))
 	for i, w := range holds {
-		if w.h.kind == kindSemaphore { // a permit: a member of the sorted set of permits taken
-			cmds[i] = conn.B().Zscore().Key(w.k.key).Member(w.k.field).Build()
-		} else {
-			cmds[i] = conn.B().Hexists().Key(w.k.key).Field(w.k.field).Build()
-		}
+		reads[i] = watchRead{key: w.k.key, field: w.k.field, zset: w.h.kind == kindSemaphore}
 	}
 	ctx, cancel := context.WithTimeout(life, subscribeTimeout)
 	defer cancel()
-	for i, r := range conn.DoMulti(ctx, cmds...) {
+	var failed error
+	for i, r := range link.read(ctx, reads) {
 		var there bool
 		err := r.Error()
-		if holds[i].h.kind == kindSemaphore {
+		if reads[i].zset {
 			there = err == nil // ZSCORE: nil when the member is gone
 			if rueidis.IsRedisNil(err) {
 				err = nil
@@ -298,13 +387,14 @@ func (hw *holdWatch) read(life context.Context, conn rueidis.DedicatedClient, ho
 			there = err == nil && n == 1
 		}
 		if _, refused := rueidis.IsRedisErr(err); err != nil && !refused {
-			return err
+			failed = err
+			continue
 		}
 		if !there { // gone, or its key is of another type now (WRONGTYPE)
 			hw.c.holds.checkNow(holds[i].h)
 		}
 	}
-	return nil
+	return failed
 }
 
 // watchedHolds returns the holds of keys that the table has, each with its hold.

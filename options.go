@@ -69,14 +69,15 @@ type Options struct {
 	ShardedPubSub ShardedPubSub
 
 	// NoHoldWatch turns off the watch of the Client's holds in Redis (see below), leaving the watchdog's
-	// renewals and checks alone to tell a loss, up to WatchdogTimeout/3 after it. By default, on a single
-	// server (not a cluster), a Client watches the keys of its holds (locks of every kind, and
-	// PermitSemaphore permits) with Redis's
-	// client-side tracking, on one connection of its own: a hold deleted or taken behind its holder's back
-	// (ForceUnlock, a DEL, a flush) ends its HoldContext with ErrLockLost within milliseconds. It costs,
-	// per hold that lasts over 5 ms, one HEXISTS, and one more after each change of its key (a renewal
-	// every WatchdogTimeout/3), pipelined; and one tracking entry per key in Redis. Without the CLIENT
-	// TRACKING command (an ACL without it, RESP2), the watch turns itself off.
+	// renewals and checks alone to tell a loss, up to WatchdogTimeout/3 after it. By default a Client
+	// watches the keys of its holds (locks of every kind, and PermitSemaphore permits) with Redis's
+	// client-side tracking, on one connection of its own (on a cluster, a rueidis client of its own with
+	// client-side caching: one connection per node): a hold deleted or taken behind its holder's back
+	// (ForceUnlock, TakeOver, a DEL, a flush) ends its HoldContext with ErrLockLost within milliseconds. It
+	// costs, per hold that lasts over 5 ms, one HEXISTS, and one more after each change of its key (a
+	// renewal every WatchdogTimeout/3), pipelined; and one tracking entry per key in Redis. Without the
+	// CLIENT TRACKING command (an ACL without it, RESP2) the watch turns itself off; a cluster client given
+	// to Wrap has none (its options cannot be copied).
 	NoHoldWatch bool
 }
 

@@ -105,7 +105,7 @@ func newEnv(t *testing.T, sc *scenario) *env {
 		cl := redistest.StartCluster(t, 3, 1)
 		e := &env{cluster: cl, servers: cl.Servers}
 		for range sc.workers {
-			e.clients = append(e.clients, []*relock.Client{testutil.Client(t, cl.Addrs(), &relock.Options{WatchdogTimeout: sc.watchdog})})
+			e.clients = append(e.clients, []*relock.Client{testutil.Client(t, cl.Addrs(), &relock.Options{WatchdogTimeout: sc.watchdog, NoHoldWatch: sc.noHoldWatch})})
 		}
 		return e
 	}
