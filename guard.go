@@ -43,7 +43,7 @@ func (l *RLock) GuardedWrite(ctx context.Context, cmds ...rueidis.Completed) ([]
 		return nil, l.fail(ctx, "guardedwrite", err)
 	}
 	r := l.c.exec(ctx, command{script: scriptGuardedWrite, keys: g.keys, args: args})
-	return l.guardReply(ctx, "guardedwrite", g.field, r)
+	return l.guardReplies(ctx, "guardedwrite", g.field, r)
 }
 
 // GuardedEval runs script, a Lua script of the caller's, with keys and args as its KEYS and ARGV, only if
@@ -65,11 +65,7 @@ func (l *RLock) GuardedEval(ctx context.Context, script string, keys, args []str
 	}
 	s := l.c.guardedScript(script)
 	r := l.c.exec(ctx, command{script: s, keys: append(g.keys, keys...), args: append([]string{g.field, g.token}, args...)})
-	msgs, err := l.guardReply(ctx, "guardedeval", g.field, r)
-	if err != nil {
-		return rueidis.RedisMessage{}, err
-	}
-	return msgs[0], nil
+	return l.guardReply(ctx, "guardedeval", g.field, r)
 }
 
 // FencedWrite runs cmds in Redis only if no holder with a higher fencing token than the current hold's has
@@ -100,7 +96,7 @@ func (l *RLock) FencedWrite(ctx context.Context, fence string, cmds ...rueidis.C
 		return nil, l.fail(ctx, "fencedwrite", err)
 	}
 	r := l.c.exec(ctx, command{script: scriptFencedWrite, keys: []string{fence}, args: args})
-	return l.guardReply(ctx, "fencedwrite", g.field, r)
+	return l.guardReplies(ctx, "fencedwrite", g.field, r)
 }
 
 // B returns a builder of Redis commands for GuardedWrite and FencedWrite: the builder of the Client's
@@ -140,22 +136,28 @@ func (l *RLock) guard(ctx context.Context, op string) (guardArgs, error) {
 	return g, nil
 }
 
-// guardReply turns a guarded script's reply into the commands' replies, or the refusal's error.
-func (l *RLock) guardReply(ctx context.Context, op, field string, r rueidis.RedisResult) ([]rueidis.RedisMessage, error) {
+// guardReply turns a guarded script's reply into its own reply, or the refusal's error.
+func (l *RLock) guardReply(ctx context.Context, op, field string, r rueidis.RedisResult) (rueidis.RedisMessage, error) {
 	if rerr, ok := rueidis.IsRedisErr(r.Error()); ok && strings.HasPrefix(rerr.Error(), guardRefusal) {
 		switch msg := strings.TrimPrefix(rerr.Error(), guardRefusal); {
 		case strings.HasPrefix(msg, "NOTHELD"):
-			return nil, l.fail(ctx, op, l.notHeld(field))
+			return rueidis.RedisMessage{}, l.fail(ctx, op, l.notHeld(field))
 		case strings.HasPrefix(msg, "STALE"):
-			return nil, l.fail(ctx, op, errorf("%w: %s", ErrStaleToken, strings.TrimPrefix(msg, "STALE ")))
+			return rueidis.RedisMessage{}, l.fail(ctx, op, errorf("%w: %s", ErrStaleToken, strings.TrimPrefix(msg, "STALE ")))
 		}
 	}
 	msg, err := r.ToMessage()
 	if err != nil {
-		return nil, l.fail(ctx, op, err)
+		return rueidis.RedisMessage{}, l.fail(ctx, op, err)
 	}
-	if op == "guardedeval" {
-		return []rueidis.RedisMessage{msg}, nil
+	return msg, nil
+}
+
+// guardReplies is guardReply for a script that replies with its commands' replies.
+func (l *RLock) guardReplies(ctx context.Context, op, field string, r rueidis.RedisResult) ([]rueidis.RedisMessage, error) {
+	msg, err := l.guardReply(ctx, op, field, r)
+	if err != nil {
+		return nil, err
 	}
 	msgs, err := msg.ToArray()
 	if err != nil {

@@ -108,18 +108,10 @@ func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight
 	}
 	weight = max(weight, 1)
 	h.mu.Lock()
-	if h.closed {
+	s := h.subscriptionLocked(channel, wakes)
+	if s == nil {
 		h.mu.Unlock()
 		return nil, ErrClosed
-	}
-	if !h.started {
-		h.started = true
-		go h.loop()
-	}
-	s := h.subs[channel]
-	if s == nil {
-		s = &subscription{channel: channel, wakes: wakes}
-		h.subs[channel] = s
 	}
 	w := &waiter{sub: s, weight: weight, owner: owner, wake: make(chan struct{}, 1)}
 	s.waiters = append(s.waiters, w)
@@ -154,14 +146,11 @@ func (h *hub) join(ctx context.Context, channel string, wakes wakePolicy, weight
 	return w, nil
 }
 
-// listen subscribes the hub to channel for handler, which gets each of its messages on the connection's
-// reader, under the hub's lock (it must not block nor call the hub), and returns once Redis confirmed the
-// subscription, with the function that ends the listening. A channel has one handler: the last given.
-func (h *hub) listen(ctx context.Context, channel string, handler func(message string)) (func(), error) {
-	h.mu.Lock()
+// subscriptionLocked returns channel's subscription, made (with wakes) if there is none, and starts the
+// hub's loop at the first; nil once the hub is closed.
+func (h *hub) subscriptionLocked(channel string, wakes wakePolicy) *subscription {
 	if h.closed {
-		h.mu.Unlock()
-		return nil, ErrClosed
+		return nil
 	}
 	if !h.started {
 		h.started = true
@@ -169,8 +158,21 @@ func (h *hub) listen(ctx context.Context, channel string, handler func(message s
 	}
 	s := h.subs[channel]
 	if s == nil {
-		s = &subscription{channel: channel, wakes: lockWakes}
+		s = &subscription{channel: channel, wakes: wakes}
 		h.subs[channel] = s
+	}
+	return s
+}
+
+// listen subscribes the hub to channel for handler, which gets each of its messages on the connection's
+// reader, under the hub's lock (it must not block nor call the hub), and returns once Redis confirmed the
+// subscription, with the function that ends the listening. A channel has one handler: the last given.
+func (h *hub) listen(ctx context.Context, channel string, handler func(message string)) (func(), error) {
+	h.mu.Lock()
+	s := h.subscriptionLocked(channel, lockWakes)
+	if s == nil {
+		h.mu.Unlock()
+		return nil, ErrClosed
 	}
 	s.listeners++
 	s.handler = handler
