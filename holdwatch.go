@@ -252,7 +252,6 @@ func (hw *holdWatch) connect(life context.Context) (watchLink, error) {
 		opt := *hw.c.watchOption
 		opt.DisableCache = false
 		opt.OnInvalidations = hw.invalidated
-		opt.ClientName += "-watch"
 		rdb, err := rueidis.NewClient(opt)
 		if err != nil {
 			return nil, err
