@@ -158,26 +158,16 @@ func (l *RLock) taken(ctx context.Context) (bool, time.Duration, error) {
 // attempt runs the acquire script once.
 func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, call acquireCall) (acquired bool, wait time.Duration, names bool, err error) {
 	q := l.spec.queue()
-	for {
-		if _, err := l.c.holds.prepare(ctx, k); err != nil {
+	if q != nil && (call.join || !q.lazy) { // a lazy queue's owner is not in it before it waits
+		if err := q.prepare(ctx, k); err != nil {
 			return false, 0, false, err
 		}
-		if q != nil && (call.join || !q.lazy) { // a lazy queue's owner is not in it before it waits
-			if err := q.prepare(ctx, k); err != nil {
-				return false, 0, false, err
-			}
-		}
-		// The attempt's turn among the owner's attempts on the lock; an undo begun while it waited (by
-		// the attempt before it) is waited for first, without holding up the turn.
-		if err := l.c.holds.beginAttempt(ctx, k); err != nil {
-			return false, 0, false, err
-		}
-		if !l.c.holds.settling(k) {
-			break
-		}
-		l.c.holds.endAttempt(k)
 	}
-	defer l.c.holds.endAttempt(k) // after the outcome is recorded, or its undo has begun
+	// The attempt's turn among the owner's operations on the lock, once nothing of the owner's settles.
+	if err := l.c.holds.beginTurn(ctx, k); err != nil {
+		return false, 0, false, err
+	}
+	defer l.c.holds.endTurn(k) // after the outcome is recorded, or its undo has begun
 	call.attempt = l.c.attemptID()
 	sc := l.spec.acquire(call)
 	sentAt := time.Now()
@@ -210,7 +200,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	case 1:
 		if !l.c.holds.acquired(k, acquisition{
 			kind: l.kind, name: l.name, count: reply[1], lease: lease, ttl: ttl, budget: l.maxHold, sentAt: sentAt,
-			renew: l.spec.renewal(k.field), token: uint64(reply[2]), parent: parent,
+			renew: l.spec.renewal(k.field), token: uint64(reply[2]), parent: parent, once: l.holdsOnce(),
 			traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,
 		}) {
 			return false, 0, false, ErrClosed // Close began meanwhile: the hold is being given up
@@ -285,6 +275,12 @@ func (l *RLock) undoAcquire(k holdKey, ttl time.Duration, attempt string) {
 	if !ran {
 		settling.done(-1)
 	}
+}
+
+// holdsOnce reports whether the lock's owners hold it once at most (an Election's): see acquisition.once.
+func (l *RLock) holdsOnce() bool {
+	s, ok := l.spec.(*fairSpec)
+	return ok && s.election != ""
 }
 
 // holdDone returns the context that ends when the hold of ctx's owner ends (see holdTable.holdDone).

@@ -114,10 +114,11 @@ func closeFake(c *Client) {
 	_ = c.bg.wait(context.Background())
 }
 
-// acquireFake records a successful acquisition of lock name by owner, as the engine does.
+// acquireFake records a successful acquisition of lock name by owner, as the engine does: a first one, or
+// a reentry (the count Redis would answer: one more than the owner has).
 func acquireFake(c *Client, name, owner string, lease time.Duration) holdKey {
 	k := holdKey{key: name, field: c.id + ":" + owner}
-	c.holds.acquired(k, acquisition{kind: kindRLock, name: name, count: 1, lease: lease, sentAt: time.Now(),
+	c.holds.acquired(k, acquisition{kind: kindRLock, name: name, count: c.holds.count(k) + 1, lease: lease, sentAt: time.Now(),
 		renew: renewal{script: scriptRenew, keys: []string{name}, args: []string{k.field}}, parent: context.Background()})
 	return k
 }
@@ -354,7 +355,7 @@ func TestSyncUnlockWithEndedContext(t *testing.T) {
 
 // prepareDuringSettling starts a settling of k, then a prepare of k on another goroutine, and returns once
 // prepare waits for the settling (in a synctest bubble); prepare's error comes on the channel.
-func prepareDuringSettling(c *Client, k holdKey) (settlement, <-chan error) {
+func prepareDuringSettling(c *Client, k holdKey) (*settling, <-chan error) {
 	_, settling := c.holds.settle(k)
 	got := make(chan error, 1)
 	go func() {
@@ -383,20 +384,23 @@ func TestPrepareReportsTheSettlingsFailure(t *testing.T) {
 	})
 }
 
-// A settling whose record the table dropped meanwhile (the watchdog ends a queue entry whose refreshes
-// fail, settling or not) still tells an operation waiting for it that its attempt failed: the operation
-// returns at once with the failure. Before, the failure was looked up by key, found no record, and the
-// operation waited for the settling to end (safety/explore, FairLock: a Lock made while Redis refused
-// connections took 800 ms, the queue leave being retried for the watchdog timeout).
+// A settling whose key's record the table dropped meanwhile (the watchdog ends a queue entry whose
+// refreshes fail, settling or not) still tells an operation waiting for it that its attempt failed: the
+// operation returns at once with the failure. Before, the failure was looked up by key, found no record,
+// and the operation waited for the settling to end (safety/explore, FairLock: a Lock made while Redis
+// refused connections took 800 ms, the queue leave being retried for the watchdog timeout). A settling is
+// now a record of its own (settle.go), whatever becomes of the key's hold.
 func TestPrepareHearsASettlingWhoseRecordWasDropped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newFakeClient(t, &fakeRunner{}, 3*time.Second)
 		defer closeFake(c)
-		k := holdKey{key: "entries", field: "f"}
+		k := acquireFake(c, "entries", "f", 0)
 		settling, got := prepareDuringSettling(c, k)
 		c.holds.mu.Lock()
-		c.holds.endLocked(c.holds.holds[k], errRenewTimeout) // the table drops the record
+		var out stepped
+		c.holds.stepLocked(c.holds.holds[k], holdEvent{ev: evShut, cause: errRenewTimeout}, &out) // the table drops the record
 		c.holds.mu.Unlock()
+		out.finish(c.tel)
 		settling.failing(errConnReset)
 		synctest.Wait()
 		select {

@@ -1,7 +1,6 @@
 package relock
 
 import (
-	"container/heap"
 	"context"
 	"sync"
 	"time"
@@ -394,39 +393,4 @@ func (hw *holdWatch) read(life context.Context, link watchLink, holds []watched)
 		}
 	}
 	return failed
-}
-
-// watchedHolds returns the holds of keys that the table has, each with its hold.
-func (w *holdTable) watchedHolds(keys []holdKey) []watched {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]watched, 0, len(keys))
-	for _, k := range keys {
-		if h := w.holds[k]; h != nil && !h.ended && !h.keepAlive && !h.acquiredAt.IsZero() {
-			out = append(out, watched{k, h})
-		}
-	}
-	return out
-}
-
-// checkNow is told by the watch that Redis may no longer have h: the watchdog renews or checks it at once,
-// and ends it as lost if it is gone, with the cause and the handling of a renewal that finds it gone (a
-// release under way decides; a key of another kind is told). A renewal of it under way was sent before
-// the watch's read: the hold is looked at again once it is back.
-func (w *holdTable) checkNow(h *hold) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch {
-	case h.ended || w.holds[h.key] != h:
-	case h.releases > 0:
-		// Its owner's release under way may be what removed it (its invalidation can come before the
-		// release's reply): that release's outcome decides, as for a renewal that finds it gone.
-		h.gone = true
-	case h.inflight:
-		h.checkAgain = true
-	case h.index >= 0:
-		h.next = time.Now()
-		heap.Fix(&w.queue, h.index)
-		w.wakeLocked()
-	}
 }

@@ -241,13 +241,10 @@ func (l *RLock) takeOver(ctx context.Context, op, expected string) error {
 	} else if capped != ttl {
 		ttl, ttlArg = capped, fmtMillis(capped)
 	}
-	if _, err := l.c.holds.prepare(ctx, k); err != nil {
+	if err := l.c.holds.beginTurn(ctx, k); err != nil {
 		return l.fail(ctx, op, err)
 	}
-	if err := l.c.holds.beginAttempt(ctx, k); err != nil {
-		return l.fail(ctx, op, err)
-	}
-	defer l.c.holds.endAttempt(k)
+	defer l.c.holds.endTurn(k)
 	attempt := l.c.attemptID()
 	s := l.spec.(*rlockSpec)
 	sentAt := time.Now()

@@ -20,7 +20,8 @@
 --                          its release announced;
 --         {0, 0, woke}     when the release was announced letting the other Clients go first (ARGV[7]
 --                          ''): woke is 1 when it named a waiter of another Client, 2 when it named nobody
---                          and somebody heard Redisson's unlock message, else 0;
+--                          and somebody heard Redisson's unlock message, 3 when both, else 0 (see
+--                          announce_release in lib/waiters.lua);
 --         {0, 1, token}    when the lock went to the next owner: one hold, living ARGV[9] ms, with token
 --                          as a first acquisition's fencing token (0 when the lock is not fenced); the
 --                          next owner left relock's waiting owners, and nobody was woken;
