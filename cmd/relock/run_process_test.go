@@ -1,0 +1,172 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+// relock run and the processes of its command: its process group ended whole, when the hold is lost and
+// when the command exits and leaves some behind. The built binary, real redis-server processes, sh scripts.
+
+// workerScript starts, in the background, a worker of the command's process group that ignores SIGTERM and
+// appends a line to $D/marker every 50 ms (for 30 s at most), and writes its pid to $D/worker.
+const workerScript = `( trap '' TERM; i=0; while [ $i -lt 600 ]; do echo x >> "$D/marker"; i=$((i+1)); sleep 0.05; done ) & ` +
+	`echo $! > "$D/worker"; `
+
+// groupAlive reports whether some process is in the process group pgid.
+func groupAlive(pgid int) bool {
+	return !errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+}
+
+// killGroupIfFailed kills what is left of the process group pgid when t has failed, so that a failed test
+// leaves nothing behind for long (a passing test leaves no group: its id may be another's by then).
+func killGroupIfFailed(t *testing.T, pgid int) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	})
+}
+
+// readPid reads the pid a child wrote to path.
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil && pid > 0 {
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no pid within 10 s (%q, %v)", path, b, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// waitGrowing waits until the file at path has grown at least once (its writer is at work).
+func waitGrowing(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var first int64 = -1
+	for time.Now().Before(deadline) {
+		if fi, err := os.Stat(path); err == nil {
+			if first >= 0 && fi.Size() > first {
+				return
+			}
+			if first < 0 {
+				first = fi.Size()
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s does not grow", path)
+}
+
+// A hold lost while the command runs ends its whole process group: a worker the command started in the
+// background, which ignores SIGTERM, is sent SIGKILL --grace after the SIGTERM, though the command itself
+// exited at the SIGTERM; relock run exits with status 3 only once no process of the group is left, so the
+// worker writes nothing after it, and the next holder runs alone.
+func TestRunHoldLostEndsTheGroup(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	c := newLockClient(t, []string{addr})
+	ctx := testCtx(t)
+	dir, name := t.TempDir(), "jobs:group"
+	marker := filepath.Join(dir, "marker")
+	grace := 300 * time.Millisecond
+	done := startBin(runArgs(addr, name, dir, workerScript+`trap 'exit 0' TERM; started; waitfor "$D/never"`,
+		"--watchdog-timeout", "1s", "--grace", grace.String())...)
+	seen := waitStarted(t, dir, done)
+	killGroupIfFailed(t, seen.pid)
+	worker := readPid(t, filepath.Join(dir, "worker"))
+	waitGrowing(t, marker)
+
+	if ok, err := c.Lock(name).ForceUnlock(ctx); err != nil || !ok {
+		t.Fatalf("ForceUnlock: %v, %v", ok, err)
+	}
+	lost := time.Now()
+	r := result(t, done)
+	took := time.Since(lost)
+	if r.code != exitHoldLost {
+		t.Fatalf("exit %d, want %d\nstderr:\n%s", r.code, exitHoldLost, r.stderr)
+	}
+	if groupAlive(seen.pid) {
+		t.Fatalf("relock run exited %v after the loss, and its command's process group %d is still there (worker %d gone: %v)\nstderr:\n%s",
+			took, seen.pid, worker, processGone(worker), r.stderr)
+	}
+	if took < grace {
+		t.Errorf("relock run exited %v after the loss: before --grace %v, when the worker ignores SIGTERM", took, grace)
+	}
+	if want := "it was sent SIGTERM (processes of its group still there --grace 300ms later were sent SIGKILL), and exited with status 0"; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+	}
+	size := fileSize(t, marker)
+
+	// The next holder, at once.
+	out, errOut := mustRun(t, 0, "", "run", "--redis", addr, "--wait", "0", name, "--", "sh", "-c", `echo "$RELOCK_FENCING_TOKEN"`)
+	if token, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64); err != nil || token <= seen.token || errOut != "" {
+		t.Errorf("the next holder: token %q (%v), stderr %q; want a token above %d", out, err, errOut, seen.token)
+	}
+	time.Sleep(200 * time.Millisecond) // 4 of the worker's periods
+	if now := fileSize(t, marker); now != size {
+		t.Fatalf("the marker grew from %d to %d bytes after relock run exited", size, now)
+	}
+}
+
+// A command that exits and leaves a process in its process group (a worker started in the background)
+// has it ended before the lock is released: the worker is sent SIGTERM while the lock is still held (it
+// reads the lock then, with relock inspect), relock run exits with the command's status once it is gone,
+// and says so on stderr.
+func TestRunEndsWhatTheCommandLeft(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	dir, name := t.TempDir(), "jobs:leftover"
+	worker := `( trap '"` + relockBin + `" inspect --redis ` + addr + ` ` + name + ` --json > "$D/at-term.tmp"; mv "$D/at-term.tmp" "$D/at-term"; exit 0' TERM; ` +
+		`i=0; while [ $i -lt 600 ]; do i=$((i+1)); sleep 0.05; done ) & echo $! > "$D/worker"; `
+	done := startBin(runArgs(addr, name, dir, worker+`started; exit 7`, "--grace", "20s")...)
+	seen := waitStarted(t, dir, done)
+	killGroupIfFailed(t, seen.pid)
+	pid := readPid(t, filepath.Join(dir, "worker"))
+	r := result(t, done)
+	if r.code != 7 {
+		t.Fatalf("exit %d, want the command's, 7\nstderr:\n%s", r.code, r.stderr)
+	}
+	if !processGone(pid) || groupAlive(seen.pid) {
+		t.Fatalf("relock run exited, and the worker (pid %d) the command left in its group still runs", pid)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "at-term"))
+	var j lockJSON
+	if err == nil {
+		err = json.Unmarshal(b, &j)
+	}
+	if err != nil || !j.Locked || len(j.Holders) != 1 || !strings.HasPrefix(j.Holders[0].Token, "relock-run:") || j.FencingToken != seen.token {
+		t.Fatalf("when the worker was sent SIGTERM, the lock was %+v (%q, %v): want it still held by relock run", j, b, err)
+	}
+	if want := `relock run: "sh" (pid ` + strconv.Itoa(seen.pid) + `) exited with status 7, leaving processes in its process group: they were sent SIGTERM`; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+	}
+	if j := inspectJSON(t, addr, name); j.Locked {
+		t.Fatalf("after relock run exited, the lock is held: %+v", j)
+	}
+}
