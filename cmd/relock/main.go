@@ -71,10 +71,23 @@ func init() {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), interruptSignals()...)
 	code := run(ctx, env{args: os.Args[1:], stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})
 	stop()
 	os.Exit(code)
+}
+
+// interruptSignals are the signals that interrupt a command (run then ends its command and releases its
+// hold): SIGTERM, SIGINT and SIGHUP, but for SIGINT or SIGHUP when it was ignored as relock started (nohup,
+// a script's background job): it stays ignored, as it would without a handler (see os/signal).
+func interruptSignals() []os.Signal {
+	sigs := []os.Signal{syscall.SIGTERM}
+	for _, s := range []os.Signal{os.Interrupt, syscall.SIGHUP} {
+		if !signal.Ignored(s) {
+			sigs = append(sigs, s)
+		}
+	}
+	return sigs
 }
 
 // run runs the command line e.args and returns the exit status.

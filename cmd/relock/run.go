@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -305,7 +306,7 @@ func startError(name string, err error) *exitError {
 // h was released, else an *exitError with the status run exits with.
 //
 // cmd gets run's streams and environment, plus RELOCK_NAME and RELOCK_FENCING_TOKEN. When the hold ends
-// (it is lost) or ctx does (relock got SIGINT or SIGTERM), cmd's process group is ended (see
+// (it is lost) or ctx does (relock got SIGINT, SIGTERM or SIGHUP), cmd's process group is ended (see
 // end); when cmd exits by itself and leaves processes in its group, they are ended so too. Once the
 // group is gone the hold is released, within --timeout, unless it was lost. A hold lost makes the status
 // exitHoldLost, whatever cmd's; otherwise it is cmd's own: its exit status, or 128 + the signal that
@@ -322,6 +323,7 @@ func supervise(ctx context.Context, e env, c *common, cmd *exec.Cmd, name string
 	}
 	p := &procs{cmd: cmd, group: !inForeground(e.stdin)}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: p.group}
+	setParentDeathSignal(cmd.SysProcAttr)
 	if err := p.start(); err != nil {
 		serr := startError(cmd.Args[0], err)
 		if rerr := release(c, h); rerr != nil {
@@ -412,10 +414,17 @@ type procs struct {
 }
 
 // start starts cmd, and a goroutine that waits for it and then closes p.exited.
+//
+// The goroutine starts cmd and waits for it on one OS thread, locked: a parent-death signal
+// (setParentDeathSignal) is sent when the thread that started the child exits, not the process, and Go
+// ends a thread when a goroutine locked to it returns. Locked, the thread runs nothing else until cmd
+// has exited, so no other goroutine can lock it and end it meanwhile.
 func (p *procs) start() error {
 	p.exited = make(chan struct{})
 	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		defer close(p.exited)
 		if err := p.cmd.Start(); err != nil {
 			started <- err

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,13 +18,43 @@ import (
 	"github.com/relock-go/relock/internal/redistest"
 )
 
-// relock run and the processes of its command: its process group ended whole, when the hold is lost and
-// when the command exits and leaves some behind. The built binary, real redis-server processes, sh scripts.
+// relock run and the processes of its command: its process group ended whole, when the hold is lost, when
+// relock run is signalled (SIGHUP too) and when the command exits and leaves some behind; and the command
+// ended when relock run is killed. The built binary, real redis-server processes, sh scripts.
 
 // workerScript starts, in the background, a worker of the command's process group that ignores SIGTERM and
 // appends a line to $D/marker every 50 ms (for 30 s at most), and writes its pid to $D/worker.
 const workerScript = `( trap '' TERM; i=0; while [ $i -lt 600 ]; do echo x >> "$D/marker"; i=$((i+1)); sleep 0.05; done ) & ` +
 	`echo $! > "$D/worker"; `
+
+// startRunProc starts relockBin with args (prefixed by prefix, a command that execs it, when not nil),
+// without stdin, and returns its process and its result, which arrives once it has exited. Its stderr is
+// in the result.
+func startRunProc(t *testing.T, prefix []string, args ...string) (*os.Process, <-chan binResult) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), binTimeout)
+	argv := append(append(prefix, relockBin), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "RELOCK_REDIS=")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan binResult, 1)
+	go func() {
+		defer cancel()
+		err := cmd.Wait()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) || ctx.Err() == nil {
+			err = nil
+		}
+		done <- binResult{stdout: out.String(), stderr: errOut.String(), code: cmd.ProcessState.ExitCode(), err: err}
+	}()
+	return cmd.Process, done
+}
 
 // groupAlive reports whether some process is in the process group pgid.
 func groupAlive(pgid int) bool {
@@ -169,4 +203,87 @@ func TestRunEndsWhatTheCommandLeft(t *testing.T) {
 	if j := inspectJSON(t, addr, name); j.Locked {
 		t.Fatalf("after relock run exited, the lock is held: %+v", j)
 	}
+}
+
+// SIGHUP to relock run (its terminal hung up) is handled as SIGTERM is: the command's process group is
+// sent SIGTERM (a worker that ignores it, SIGKILL --grace later), the lock is released, and relock run
+// exits with the command's status. When relock run was started with SIGHUP ignored (nohup), it stays
+// ignored.
+func TestRunSIGHUP(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	c := newLockClient(t, []string{addr})
+	ctx := testCtx(t)
+
+	t.Run("ends the command", func(t *testing.T) {
+		dir, name := t.TempDir(), "jobs:hangup"
+		p, done := startRunProc(t, nil, runArgs(addr, name, dir, workerScript+`trap 'exit 5' TERM; started; waitfor "$D/never"`,
+			"--grace", "300ms")...)
+		seen := waitStarted(t, dir, done)
+		killGroupIfFailed(t, seen.pid)
+		worker := readPid(t, filepath.Join(dir, "worker"))
+		if err := p.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		r := result(t, done)
+		if r.code != 5 || groupAlive(seen.pid) || !processGone(worker) {
+			t.Fatalf("exit %d, want the command's 5; its group left: %v (worker gone: %v)\nstderr:\n%s", r.code, groupAlive(seen.pid), processGone(worker), r.stderr)
+		}
+		if want := `relock run: interrupted: "sh" (pid `; !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, `lock "jobs:hangup" was released`) {
+			t.Errorf("stderr %q", r.stderr)
+		}
+		if ok, err := c.Lock(name).TryLock(ctx, 0, 0); err != nil || !ok {
+			t.Fatalf("another Client's TryLock after relock run exited: %v, %v; want the lock released", ok, err)
+		}
+	})
+
+	t.Run("ignored by nohup", func(t *testing.T) {
+		dir, name := t.TempDir(), "jobs:nohup"
+		p, done := startRunProc(t, []string{"sh", "-c", `trap '' HUP; exec "$@"`, "sh"},
+			runArgs(addr, name, dir, `started; waitfor "$D/go"; exit 0`)...)
+		seen := waitStarted(t, dir, done)
+		killGroupIfFailed(t, seen.pid)
+		if err := p.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("relock run, started with SIGHUP ignored, ended at a SIGHUP: exit %d\nstderr:\n%s", r.code, r.stderr)
+		case <-time.After(300 * time.Millisecond):
+		}
+		touch(t, filepath.Join(dir, "go"))
+		if r := result(t, done); r.code != 0 || r.stderr != "" {
+			t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+}
+
+// relock run killed (SIGKILL, as the OOM killer does) does not leave its command running without the lock:
+// on Linux the command gets SIGKILL as relock run dies (its parent-death signal).
+func TestRunKilledKillsItsCommand(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux's")
+	}
+	t.Parallel()
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	dir, name := t.TempDir(), "jobs:orphan"
+	p, done := startRunProc(t, nil, runArgs(addr, name, dir, `started; waitfor "$D/never"`)...)
+	seen := waitStarted(t, dir, done)
+	killGroupIfFailed(t, seen.pid)
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil {
+		t.Fatal(r.err)
+	}
+	killed := time.Now()
+	for !processGone(seen.pid) {
+		if time.Since(killed) > 5*time.Second {
+			t.Fatalf("relock run was killed 5 s ago, and its command (pid %d) still runs", seen.pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("the command was gone %v after relock run was killed", time.Since(killed))
 }
