@@ -71,6 +71,9 @@ func init() {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "run" {
+		reapOrphans()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), interruptSignals()...)
 	code := run(ctx, env{args: os.Args[1:], stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})
 	stop()

@@ -456,9 +456,9 @@ func (p *procs) gone() bool {
 		return true
 	}
 	pgid := p.cmd.Process.Pid
-	// Reap the group's processes that are run's children: run is their parent when it is the init of a
-	// container (pid 1), which orphans are given to. Only once cmd was waited for: this must not take
-	// cmd's own exit status from its Wait.
+	// Reap the group's processes that are run's children: orphans, which come to run on Linux (see
+	// reapOrphans) or when it is a container's init (pid 1). A zombie would keep the group there. Only
+	// once cmd was waited for: this must not take cmd's own exit status from its Wait.
 	for {
 		pid, err := syscall.Wait4(-pgid, nil, syscall.WNOHANG, nil)
 		if pid <= 0 || err != nil {

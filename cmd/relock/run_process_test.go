@@ -151,6 +151,7 @@ func TestRunHoldLostEndsTheGroup(t *testing.T) {
 	if took < grace {
 		t.Errorf("relock run exited %v after the loss: before --grace %v, when the worker ignores SIGTERM", took, grace)
 	}
+	t.Logf("relock run exited %v after the loss (--grace %v)", took, grace)
 	if want := "it was sent SIGTERM (processes of its group still there --grace 300ms later were sent SIGKILL), and exited with status 0"; !strings.Contains(r.stderr, want) {
 		t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
 	}
