@@ -23,9 +23,10 @@ import (
 // ended when relock run is killed. The built binary, real redis-server processes, sh scripts.
 
 // workerScript starts, in the background, a worker of the command's process group that ignores SIGTERM and
-// appends a line to $D/marker every 50 ms (for 30 s at most), and writes its pid to $D/worker.
-const workerScript = `( trap '' TERM; i=0; while [ $i -lt 600 ]; do echo x >> "$D/marker"; i=$((i+1)); sleep 0.05; done ) & ` +
-	`echo $! > "$D/worker"; `
+// appends a line to $D/marker every 50 ms (for 30 s at most), writes its pid to $D/worker, and waits until
+// the worker ignores SIGTERM.
+const workerScript = `( trap '' TERM; touch "$D/ready"; i=0; while [ $i -lt 600 ]; do echo x >> "$D/marker"; i=$((i+1)); sleep 0.05; done ) & ` +
+	`echo $! > "$D/worker"; waitfor "$D/ready"; `
 
 // startRunProc starts relockBin with args (prefixed by prefix, a command that execs it, when not nil),
 // without stdin, and returns its process and its result, which arrives once it has exited. Its stderr is
@@ -178,7 +179,7 @@ func TestRunEndsWhatTheCommandLeft(t *testing.T) {
 	addr := srv.Addr()
 	dir, name := t.TempDir(), "jobs:leftover"
 	worker := `( trap '"` + relockBin + `" inspect --redis ` + addr + ` ` + name + ` --json > "$D/at-term.tmp"; mv "$D/at-term.tmp" "$D/at-term"; exit 0' TERM; ` +
-		`i=0; while [ $i -lt 600 ]; do i=$((i+1)); sleep 0.05; done ) & echo $! > "$D/worker"; `
+		`touch "$D/ready"; i=0; while [ $i -lt 600 ]; do i=$((i+1)); sleep 0.05; done ) & echo $! > "$D/worker"; waitfor "$D/ready"; `
 	done := startBin(runArgs(addr, name, dir, worker+`started; exit 7`, "--grace", "20s")...)
 	seen := waitStarted(t, dir, done)
 	killGroupIfFailed(t, seen.pid)
