@@ -324,7 +324,15 @@ func supervise(ctx context.Context, e env, c *common, cmd *exec.Cmd, name string
 	p := &procs{cmd: cmd, group: !inForeground(e.stdin)}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: p.group}
 	setParentDeathSignal(cmd.SysProcAttr)
+	if p.group {
+		var err error
+		if p.guard, err = startGuard(); err != nil && !e.json {
+			fmt.Fprintf(e.stderr, "relock run: warning: cannot start the guard that ends the command's process group "+
+				"if relock run dies (/bin/sh: %v): running the command without it\n", err)
+		}
+	}
 	if err := p.start(); err != nil {
+		p.guard.stop(true)
 		serr := startError(cmd.Args[0], err)
 		if rerr := release(c, h); rerr != nil {
 			serr.err = fmt.Errorf("%w; releasing %s failed (it expires within the watchdog timeout): %v", serr.err, h.what, rerr)
@@ -354,6 +362,7 @@ func supervise(ctx context.Context, e env, c *common, cmd *exec.Cmd, name string
 			}
 		}
 	}
+	p.guard.stop(p.gone())
 
 	if h.ctx.Err() != nil { // lost, before or after cmd exited
 		return holdLost(h, context.Cause(h.ctx), prog, why != "", how)
@@ -410,6 +419,7 @@ const groupPoll = 10 * time.Millisecond
 type procs struct {
 	cmd    *exec.Cmd
 	group  bool          // cmd leads a process group of its own (see inForeground)
+	guard  *guard        // ends the group if run dies first; nil without a group, or if it could not start
 	exited chan struct{} // closed once cmd has exited and been waited for
 }
 
@@ -430,6 +440,7 @@ func (p *procs) start() error {
 			started <- err
 			return
 		}
+		p.guard.watch(p.cmd.Process.Pid)
 		started <- nil
 		_ = p.cmd.Wait() // the status is read from cmd.ProcessState
 	}()

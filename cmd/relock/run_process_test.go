@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -261,19 +260,20 @@ func TestRunSIGHUP(t *testing.T) {
 	})
 }
 
-// relock run killed (SIGKILL, as the OOM killer does) does not leave its command running without the lock:
-// on Linux the command gets SIGKILL as relock run dies (its parent-death signal).
-func TestRunKilledKillsItsCommand(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the parent-death signal is Linux's")
-	}
+// relock run killed (SIGKILL, as the OOM killer does) does not leave what its command started running
+// without the lock: its guard sends the command's process group SIGKILL, a worker that ignores SIGTERM
+// included.
+func TestRunKilledEndsItsGroup(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	addr := srv.Addr()
-	dir, name := t.TempDir(), "jobs:orphan"
-	p, done := startRunProc(t, nil, runArgs(addr, name, dir, `started; waitfor "$D/never"`)...)
+	dir, name := t.TempDir(), "jobs:orphans"
+	marker := filepath.Join(dir, "marker")
+	p, done := startRunProc(t, nil, runArgs(addr, name, dir, workerScript+`started; waitfor "$D/never"`)...)
 	seen := waitStarted(t, dir, done)
 	killGroupIfFailed(t, seen.pid)
+	worker := readPid(t, filepath.Join(dir, "worker"))
+	waitGrowing(t, marker)
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -281,11 +281,17 @@ func TestRunKilledKillsItsCommand(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	killed := time.Now()
-	for !processGone(seen.pid) {
+	for !processGone(worker) || !processGone(seen.pid) {
 		if time.Since(killed) > 5*time.Second {
-			t.Fatalf("relock run was killed 5 s ago, and its command (pid %d) still runs", seen.pid)
+			t.Fatalf("relock run was killed 5 s ago; its command (pid %d) gone: %v, the worker it started (pid %d) gone: %v",
+				seen.pid, processGone(seen.pid), worker, processGone(worker))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("the command was gone %v after relock run was killed", time.Since(killed))
+	t.Logf("the command and its worker were gone %v after relock run was killed", time.Since(killed))
+	size := fileSize(t, marker)
+	time.Sleep(200 * time.Millisecond) // 4 of the worker's periods
+	if now := fileSize(t, marker); now != size {
+		t.Fatalf("the marker grew from %d to %d bytes after the worker was gone", size, now)
+	}
 }
