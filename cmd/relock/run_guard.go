@@ -24,8 +24,9 @@ const guardScript = `trap '' HUP INT TERM QUIT; read -r pgid || exit 0; read -r 
 
 // guard is a running guard (see guardScript).
 type guard struct {
-	cmd *exec.Cmd
-	w   *os.File // the write end of the guard's input
+	cmd      *exec.Cmd
+	w        *os.File // the write end of the guard's input
+	watching bool     // it was given a group's id
 }
 
 // startGuard starts a guard, which waits for watch.
@@ -47,20 +48,23 @@ func startGuard() (*guard, error) {
 	return &guard{cmd: cmd, w: w}, nil
 }
 
-// watch tells g the process group to end if run dies.
+// watch tells g the process group to end if run dies. run starts the command before (the group's id is
+// the command's pid): a run killed between the two leaves the command to its parent-death signal.
 func (g *guard) watch(pgid int) {
 	if g != nil {
-		fmt.Fprintf(g.w, "%d\n", pgid)
+		_, err := fmt.Fprintf(g.w, "%d\n", pgid)
+		g.watching = err == nil
 	}
 }
 
 // stop ends g: once the group is gone (gone), saying so, so that it exits without sending anything (the
 // group's id may be another group's by then); otherwise it sends the group SIGKILL, again, as it exits.
+// A guard that watches no group exits at the end of its input.
 func (g *guard) stop(gone bool) {
 	if g == nil {
 		return
 	}
-	if gone {
+	if gone && g.watching {
 		_, _ = io.WriteString(g.w, "done\n")
 	}
 	_ = g.w.Close()
