@@ -208,8 +208,8 @@ func TestRunEndsWhatTheCommandLeft(t *testing.T) {
 
 // SIGHUP to relock run (its terminal hung up) is handled as SIGTERM is: the command's process group is
 // sent SIGTERM (a worker that ignores it, SIGKILL --grace later), the lock is released, and relock run
-// exits with the command's status. When relock run was started with SIGHUP ignored (nohup), it stays
-// ignored.
+// exits with the command's status. When relock run was started with SIGHUP and SIGINT ignored (nohup, a
+// script's background job), they stay ignored.
 func TestRunSIGHUP(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -241,17 +241,19 @@ func TestRunSIGHUP(t *testing.T) {
 
 	t.Run("ignored by nohup", func(t *testing.T) {
 		dir, name := t.TempDir(), "jobs:nohup"
-		p, done := startRunProc(t, []string{"sh", "-c", `trap '' HUP; exec "$@"`, "sh"},
+		p, done := startRunProc(t, []string{"sh", "-c", `trap '' HUP INT; exec "$@"`, "sh"},
 			runArgs(addr, name, dir, `started; waitfor "$D/go"; exit 0`)...)
 		seen := waitStarted(t, dir, done)
 		killGroupIfFailed(t, seen.pid)
-		if err := p.Signal(syscall.SIGHUP); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case r := <-done:
-			t.Fatalf("relock run, started with SIGHUP ignored, ended at a SIGHUP: exit %d\nstderr:\n%s", r.code, r.stderr)
-		case <-time.After(300 * time.Millisecond):
+		for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
+			if err := p.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case r := <-done:
+				t.Fatalf("relock run, started with SIGHUP and SIGINT ignored, ended at %v: exit %d\nstderr:\n%s", sig, r.code, r.stderr)
+			case <-time.After(300 * time.Millisecond):
+			}
 		}
 		touch(t, filepath.Join(dir, "go"))
 		if r := result(t, done); r.code != 0 || r.stderr != "" {
@@ -294,4 +296,34 @@ func TestRunKilledEndsItsGroup(t *testing.T) {
 	if now := fileSize(t, marker); now != size {
 		t.Fatalf("the marker grew from %d to %d bytes after the worker was gone", size, now)
 	}
+}
+
+// How long relock run waits for its command's process group to be gone is bounded: killWait after
+// SIGKILL. Here the group keeps a zombie that relock run cannot reap: a process that left the group
+// (setsid) is its parent, and never reaps it. relock run says so, and exits.
+func TestRunGroupWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	dir, name := t.TempDir(), "jobs:zombie"
+	// The subshell starts a sleep of the group, then leaves the group (setsid) as a sleep that never
+	// reaps it.
+	script := `( sleep 0.1 & sh -c 'echo $PPID' > "$D/escaped"; exec setsid sleep 30 >/dev/null 2>&1 ) & waitfor "$D/escaped"; started; exit 0`
+	done := startBin(runArgs(addr, name, dir, script, "--grace", "100ms")...)
+	seen := waitStarted(t, dir, done)
+	escaped := readPid(t, filepath.Join(dir, "escaped"))
+	defer syscall.Kill(escaped, syscall.SIGKILL)
+	start := time.Now()
+	r := result(t, done)
+	took := time.Since(start)
+	if r.code != 0 || took > killWait+3*time.Second {
+		t.Fatalf("exit %d after %v; want 0, within --grace and killWait (%v)\nstderr:\n%s", r.code, took, killWait, r.stderr)
+	}
+	if want := "; its process group " + strconv.Itoa(seen.pid) + " was still there 5s after SIGKILL"; !strings.Contains(r.stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+	}
+	if j := inspectJSON(t, addr, name); j.Locked {
+		t.Fatalf("after relock run exited, the lock is held: %+v", j)
+	}
+	t.Logf("relock run exited %v after its command started", took)
 }
