@@ -490,27 +490,30 @@ func (p *procs) signal(sig syscall.Signal) {
 	}
 }
 
-// waitGone waits until p is gone, for d at most, and reports whether it is. When again is not 0, it is
-// sent to the group again at each look, once cmd has exited.
+// waitGone waits until p is gone, for d at most, and reports whether it is. Once cmd has exited, again,
+// when not 0, is sent to the group at each look that finds it there (so that its id cannot be another
+// group's yet).
 func (p *procs) waitGone(d time.Duration, again syscall.Signal) bool {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
-	for !p.gone() {
+	for {
+		if p.gone() {
+			return true
+		}
 		exited, tick := (<-chan struct{})(p.exited), (<-chan time.Time)(nil)
 		if p.leaderExited() {
+			if again != 0 {
+				p.signal(again)
+			}
 			exited, tick = nil, time.After(groupPoll)
 		}
 		select {
 		case <-exited:
 		case <-tick:
-			if again != 0 {
-				p.signal(again)
-			}
 		case <-deadline.C:
 			return p.gone()
 		}
 	}
-	return true
 }
 
 // ending is what end did.
@@ -568,6 +571,7 @@ func (p *procs) endLeft(grace time.Duration) string {
 	return how + p.lingered(en)
 }
 
+// lingered is what messages add when the group outlived killWait.
 func (p *procs) lingered(en ending) string {
 	if !en.lingered {
 		return ""
