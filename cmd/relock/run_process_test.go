@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/redistest"
 )
 
@@ -208,8 +211,9 @@ func TestRunEndsWhatTheCommandLeft(t *testing.T) {
 
 // SIGHUP to relock run (its terminal hung up) is handled as SIGTERM is: the command's process group is
 // sent SIGTERM (a worker that ignores it, SIGKILL --grace later), the lock is released, and relock run
-// exits with the command's status. When relock run was started with SIGHUP and SIGINT ignored (nohup, a
-// script's background job), they stay ignored.
+// exits with the command's status; while relock run waits for the lock, it gives up (status 1). When
+// relock run was started with SIGHUP and SIGINT ignored (nohup, a script's background job), they stay
+// ignored.
 func TestRunSIGHUP(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -236,6 +240,36 @@ func TestRunSIGHUP(t *testing.T) {
 		}
 		if ok, err := c.Lock(name).TryLock(ctx, 0, 0); err != nil || !ok {
 			t.Fatalf("another Client's TryLock after relock run exited: %v, %v; want the lock released", ok, err)
+		}
+	})
+
+	t.Run("while waiting for the lock", func(t *testing.T) {
+		dir, name := t.TempDir(), "jobs:hangup-waiting"
+		octx := relock.WithOwner(ctx, "holder-1")
+		l := c.Lock(name)
+		if err := l.Lock(octx); err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(octx)
+		raw, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		p, done := startRunProc(t, nil, runArgs(addr, name, dir, `touch "$D/ran"`)...)
+		waitFor(t, func() bool { // relock run waits for a release: subscribed to a channel of the lock's
+			chs, err := raw.Do(ctx, raw.B().PubsubChannels().Pattern("*{"+name+"}*").Build()).AsStrSlice()
+			return err == nil && len(chs) > 0
+		})
+		if err := p.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		r := result(t, done)
+		if r.code != 1 || !strings.Contains(r.stderr, `relock run: interrupted while waiting for "jobs:hangup-waiting": the command was not run`) {
+			t.Fatalf("exit %d, stderr %q; want 1, interrupted", r.code, r.stderr)
+		}
+		if exists(filepath.Join(dir, "ran")) {
+			t.Error("the command ran")
 		}
 	})
 
