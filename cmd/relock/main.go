@@ -12,8 +12,9 @@
 //	relock unlock --force NAME       release a stuck lock and wake its waiters
 //	relock run NAME -- CMD [ARGS...] run CMD while holding the fenced lock NAME (with --election: while
 //	                                 leading the election NAME), its fencing token (the leader's term)
-//	                                 in RELOCK_FENCING_TOKEN; SIGTERM, then SIGKILL after --grace, end it
-//	                                 when the hold is lost
+//	                                 in RELOCK_FENCING_TOKEN; SIGTERM, then SIGKILL after --grace, end its
+//	                                 process group when the hold is lost (or on SIGINT, SIGTERM, SIGHUP),
+//	                                 and what it leaves in its group when it exits
 //
 // Every command takes --redis ADDR (host:port, a comma-separated list of cluster seed nodes, or a
 // redis:// URL; default $RELOCK_REDIS, else 127.0.0.1:6379), --timeout D (above zero) and --json. demo

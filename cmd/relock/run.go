@@ -97,6 +97,20 @@ type runHold struct {
 	release func(context.Context) error
 }
 
+// runSynopsis is relock run's command line, for its usage.
+const runSynopsis = "run [--election [--value V]] [--wait D] [--grace D] [flags] NAME -- CMD [ARGS...]"
+
+// runAbout is what relock run -h says of CMD's processes, between the synopsis and the flags; %v is
+// killWait.
+const runAbout = `CMD runs in a process group of its own while the lock (leadership) is held. When the hold is lost, or
+relock gets SIGINT, SIGTERM or SIGHUP, the group is sent SIGTERM, then SIGKILL --grace later if any
+process of it is left; relock waits until the group is gone (%v at most after SIGKILL). When CMD exits,
+what it left in its group is ended the same way before the lock is released: a process that must
+outlive the lock must leave the group (setsid). If relock is killed, a guard process sends the group
+SIGKILL (on Linux CMD also has SIGKILL as its parent-death signal). In the foreground of a terminal,
+CMD shares relock's process group instead, and is signalled alone. See docs/command.md.
+`
+
 // runOwner is the owner token of run's holds: "relock-run:<host>:<pid>", which inspect shows.
 func runOwner() string {
 	return "relock-run:" + hostname() + ":" + strconv.Itoa(os.Getpid())
@@ -123,14 +137,18 @@ func splitCommand(args []string) (own, argv []string, ok bool) {
 
 func runRun(ctx context.Context, e env) error {
 	var c common
-	fs := newFlags("run", "run [--election [--value V]] [--wait D] [--grace D] [flags] NAME -- CMD [ARGS...]", e)
+	fs := newFlags("run", runSynopsis, e)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: relock %s\n\n"+runAbout+"\nFlags:\n", runSynopsis, killWait)
+		fs.PrintDefaults()
+	}
 	c.register(fs, 5*time.Second)
 	election := fs.Bool("election", false, "win the election NAME (Election.Campaign) instead of taking the lock NAME; RELOCK_FENCING_TOKEN is then the leader's term")
 	value := fs.String("value", "", "with --election, the `value` to campaign with, which inspect shows as the leader's (default HOST:PID)")
 	var wait optionalDuration
 	fs.Var(&wait, "wait", "give up, with exit status 4 and without running CMD, when the lock is not acquired (the election not won) within this `duration`; 0: one attempt, without --election (default: wait as long as it takes)")
 	grace := defaultGrace
-	fs.Var(nonNegativeDuration{&grace}, "grace", "when CMD must end, wait this `duration` after SIGTERM before SIGKILL")
+	fs.Var(nonNegativeDuration{&grace}, "grace", "when CMD's process group must end, wait this `duration` after SIGTERM before SIGKILL")
 	watchdog := relock.DefaultWatchdogTimeout
 	fs.Var(positiveDuration{&watchdog}, "watchdog-timeout", "advanced: the hold lives this `duration` in Redis between renewals (at least 100ms): a relock run that dies frees the lock within it, and a loss is noticed within a third of it")
 	own, argv, dashes := splitCommand(e.args)
