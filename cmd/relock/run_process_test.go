@@ -340,9 +340,10 @@ func TestRunGroupWaitIsBounded(t *testing.T) {
 	srv := redistest.Start(t)
 	addr := srv.Addr()
 	dir, name := t.TempDir(), "jobs:zombie"
-	// The subshell starts a sleep of the group, then leaves the group (setsid) as a sleep that never
-	// reaps it.
-	script := `( sleep 0.1 & sh -c 'echo $PPID' > "$D/escaped"; exec setsid sleep 30 >/dev/null 2>&1 ) & waitfor "$D/escaped"; started; exit 0`
+	// The subshell starts a sleep of the group, then leaves the group (setsid), says so, and becomes a
+	// sleep that never reaps it.
+	script := `( sleep 0.1 & exec setsid sh -c 'echo $$ > "$1/escaped"; exec sleep 30' sh "$D" >/dev/null 2>&1 ) & ` +
+		`waitfor "$D/escaped"; started; exit 0`
 	done := startBin(runArgs(addr, name, dir, script, "--grace", "100ms")...)
 	seen := waitStarted(t, dir, done)
 	escaped := readPid(t, filepath.Join(dir, "escaped"))
