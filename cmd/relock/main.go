@@ -82,14 +82,13 @@ func main() {
 }
 
 // interruptSignals are the signals that interrupt a command (run then ends its command and releases its
-// hold): SIGTERM, SIGINT and SIGHUP, but for SIGINT or SIGHUP when it was ignored as relock started (nohup,
-// a script's background job): it stays ignored, as it would without a handler (see os/signal).
+// hold): SIGINT, SIGTERM and SIGHUP, but for a SIGHUP ignored as relock started (nohup), which stays
+// ignored, as it would without a handler (see os/signal). SIGINT is handled even when it was ignored (a
+// script's background job): the demo stops its worker processes, which are relock too, with SIGINT.
 func interruptSignals() []os.Signal {
-	sigs := []os.Signal{syscall.SIGTERM}
-	for _, s := range []os.Signal{os.Interrupt, syscall.SIGHUP} {
-		if !signal.Ignored(s) {
-			sigs = append(sigs, s)
-		}
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
 	}
 	return sigs
 }
