@@ -3,8 +3,12 @@ package relock_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/redistest"
@@ -199,5 +203,125 @@ func TestPermitLossSeenAtOnce(t *testing.T) {
 		t.Logf("the permit's holder knew after %v", time.Since(start))
 	case <-time.After(2 * time.Second):
 		t.Fatal("the permit's context still runs 2 s after its permit was taken away")
+	}
+}
+
+// busyScript keeps the server busy for ARGV[1] milliseconds: past lua-time-limit (busy-reply-threshold),
+// Redis answers every other command with BUSY.
+const busyScript = `local t = redis.call('TIME')
+local start = t[1] * 1000 + t[2] / 1000
+repeat
+  t = redis.call('TIME')
+until t[1] * 1000 + t[2] / 1000 - start >= tonumber(ARGV[1])
+return 1`
+
+// trackingConn returns the id of a connection with CLIENT TRACKING on (flag t in CLIENT LIST), "" when
+// there is none: a watch's, in a test whose server has one Client.
+func trackingConn(t testing.TB, rdb rueidis.Client) string {
+	t.Helper()
+	list, err := do(t, rdb, "CLIENT", "LIST").ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(list, "\n") {
+		var id, flags string
+		for f := range strings.FieldsSeq(line) {
+			switch k, v, _ := strings.Cut(f, "="); k {
+			case "id":
+				id = v
+			case "flags":
+				flags = v
+			}
+		}
+		if strings.Contains(flags, "t") {
+			return id
+		}
+	}
+	return ""
+}
+
+// commandStat returns the field of INFO commandstats's line for cmd (e.g. "client|tracking",
+// "rejected_calls"), -1 when there is none.
+func commandStat(t testing.TB, rdb rueidis.Client, cmd, field string) int64 {
+	t.Helper()
+	info, err := do(t, rdb, "INFO", "commandstats").ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for f := range strings.SplitSeq(stats, ",") {
+			if k, v, _ := strings.Cut(f, "="); k == field {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// The watch's connection lost while Redis runs a slow script, so that the watch reconnects while Redis
+// answers BUSY (CLIENT TRACKING ON refused): the process goes on, the watch comes back once Redis answers
+// again (a hold deleted then is seen within milliseconds), and the Client works.
+func TestHoldWatchSurvivesBusyServer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil) // the default watchdog timeout: a check every 10 s
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	do(t, rdb, "CONFIG", "SET", "lua-time-limit", "100") // BUSY replies once a script has run 100 ms
+	l := c.Lock("busy-watch")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hctx, err := l.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	eventually(t, 5*time.Second, "the watch's connection tracks", func() bool {
+		id = trackingConn(t, rdb)
+		return id != ""
+	})
+	time.Sleep(50 * time.Millisecond) // the hold is read
+	// In one write: the watch's connection killed, then a script that keeps Redis busy for 1.5 s. The
+	// watch reconnects at once, and its CLIENT TRACKING ON gets BUSY once the script has run 100 ms.
+	replies := rdb.DoMulti(ctx, rdb.B().Arbitrary("CLIENT", "KILL", "ID", id).Build(),
+		rdb.B().Eval().Script(busyScript).Numkeys(0).Arg("1500").Build())
+	if n, err := replies[0].AsInt64(); err != nil || n != 1 {
+		t.Fatalf("CLIENT KILL ID %s = %d, %v", id, n, err)
+	}
+	if err := replies[1].Error(); err != nil {
+		t.Fatalf("the busy script: %v", err)
+	}
+	busyEnd := time.Now()
+	if n := commandStat(t, rdb, "client|tracking", "rejected_calls"); n == 0 {
+		t.Fatal("CLIENT TRACKING was not refused while Redis was busy: the test did not test what it says")
+	} else {
+		t.Logf("CLIENT TRACKING refused %d times while Redis was busy", n)
+	}
+	eventually(t, 5*time.Second, "the watch is back", func() bool { return trackingConn(t, rdb) != "" })
+	t.Logf("the watch was back %v after Redis was no longer busy", time.Since(busyEnd))
+	time.Sleep(50 * time.Millisecond) // the hold is read again
+	start := time.Now()
+	do(t, rdb, "DEL", "busy-watch")
+	select {
+	case <-hctx.Done():
+		if !errors.Is(context.Cause(hctx), relock.ErrLockLost) {
+			t.Fatalf("cause = %v; want ErrLockLost", context.Cause(hctx))
+		}
+		t.Logf("the holder knew after %v", time.Since(start))
+	case <-time.After(2 * time.Second):
+		t.Fatal("the hold context still runs 2 s after the hold was gone: the watch is off")
+	}
+	other := c.Lock("busy-watch-other")
+	if err := other.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
