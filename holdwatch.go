@@ -246,12 +246,12 @@ func (hw *holdWatch) turnOff() {
 
 // refusedForGood reports whether err, the failure to make the watch's link or to read a hold on it, is one
 // that trying again cannot mend: the server refuses the command (an ACL without it: NOPERM; a server
-// without it: an unknown command), or a cluster's connection speaks RESP2, on which tracking sends no
+// without it: an unknown command), or the connection speaks RESP2, on which tracking sends no
 // invalidations. Anything else (BUSY, LOADING, MASTERDOWN, TRYAGAIN, a connection lost or timed out...)
 // may go away by itself: the link is made, or the hold read, again.
 func refusedForGood(err error) bool {
 	switch {
-	case errors.Is(err, ErrInvalidOptions) || permanent(err):
+	case errors.Is(err, errNoRESP3) || errors.Is(err, ErrInvalidOptions) || permanent(err):
 		return true
 	case errors.Is(err, rueidis.ErrNoCache):
 		// A cluster's caching client: its connection's handshake could not turn tracking on, for the
@@ -271,6 +271,10 @@ func refusalForGood(msg string) bool {
 	return strings.Contains(msg, "noperm") || strings.Contains(msg, "unknown command") ||
 		strings.Contains(msg, "unknown subcommand")
 }
+
+// errNoRESP3 is the watch's link refused because its connection speaks RESP2: Redis sends a RESP2
+// connection with tracking on no invalidation (it would need REDIRECT to another, subscribed, connection).
+var errNoRESP3 = errors.New("relock: the connection speaks RESP2: client-side tracking sends it no invalidations")
 
 // watchLink is the watch's link to Redis: reads that have Redis track the keys they read, and the
 // invalidations that follow, which go to holdWatch.invalidated.
@@ -308,6 +312,9 @@ func (hw *holdWatch) connect(life context.Context) (watchLink, error) {
 		}
 		return cachingLink{rdb}, nil
 	}
+	if o := hw.c.watchOption; o != nil && o.AlwaysRESP2 {
+		return nil, errNoRESP3
+	}
 	// The connection is closed when it is done with, never given back to rueidis's pool (the release that
 	// Dedicate returns): given back, a connection that had hooks is sent UNSUBSCRIBE, PING, PUNSUBSCRIBE,
 	// PING, SUNSUBSCRIBE, PING, DISCARD, and rueidis (v1.0.79) takes a BUSY reply to an UNSUBSCRIBE (or
@@ -318,6 +325,20 @@ func (hw *holdWatch) connect(life context.Context) (watchLink, error) {
 	conn, _ := hw.c.rdb.Dedicate()
 	ctx, cancel := context.WithTimeout(life, subscribeTimeout)
 	defer cancel()
+	// HELLO without a version (Redis 6.2 on) tells the connection's protocol: a rueidis client given to
+	// Wrap may speak RESP2. Where the server refuses it (before 6.2), the connection is taken to speak
+	// RESP3, as rueidis's do unless AlwaysRESP2, which New's options tell above.
+	hello, err := conn.Do(ctx, conn.B().Hello().Build()).AsMap()
+	if _, refused := redisReply(err); err != nil && !refused {
+		conn.Close()
+		return nil, err
+	}
+	if proto, ok := hello["proto"]; ok {
+		if n, _ := proto.AsInt64(); n < 3 {
+			conn.Close()
+			return nil, errNoRESP3
+		}
+	}
 	lost := conn.SetOnInvalidations(hw.invalidated)
 	if err := conn.Do(ctx, conn.B().ClientTracking().On().Build()).Error(); err != nil {
 		conn.Close()

@@ -325,3 +325,64 @@ func TestHoldWatchSurvivesBusyServer(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Where the watch cannot work, it turns itself off for good (it does not try again), no connection tracks
+// keys, and the watchdog tells a loss. On a connection that speaks RESP2 (New's option, or a client given
+// to Wrap), Redis accepts CLIENT TRACKING ON but sends no invalidation; an ACL user without CLIENT
+// TRACKING is refused it (NOPERM).
+func TestHoldWatchOffForGood(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []string{"RESP2 New", "RESP2 Wrap", "NOPERM"} {
+		t.Run(tc, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			rdb := rawClient(t, srv)
+			opts := &relock.Options{WatchdogTimeout: 600 * time.Millisecond}
+			var c *relock.Client
+			switch tc {
+			case "RESP2 New":
+				opts.Redis.AlwaysRESP2 = true
+				c = newClient(t, srv, opts)
+			case "RESP2 Wrap":
+				resp2, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()},
+					AlwaysRESP2: true, DisableCache: true, AlwaysPipelining: true, DisableRetry: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(resp2.Close)
+				if c, err = relock.Wrap(resp2, opts); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+			case "NOPERM":
+				do(t, rdb, "ACL", "SETUSER", "no-tracking", "on", ">secret", "~*", "&*", "+@all", "-client|tracking")
+				opts.Redis = rueidis.ClientOption{Username: "no-tracking", Password: "secret"}
+				c = newClient(t, srv, opts)
+			}
+			ctx := ctxTimeout(t, 20*time.Second)
+			l := c.Lock("watch-off")
+			if err := l.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			hctx, err := l.HoldContext(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 2*time.Second, "the watch turns itself off", func() bool { return relock.HoldWatchOff(c) })
+			if id := trackingConn(t, rdb); id != "" {
+				t.Fatalf("connection %s tracks keys", id)
+			}
+			start := time.Now()
+			do(t, rdb, "DEL", "watch-off")
+			select {
+			case <-hctx.Done():
+				if !errors.Is(context.Cause(hctx), relock.ErrLockLost) {
+					t.Fatalf("cause = %v; want ErrLockLost", context.Cause(hctx))
+				}
+				t.Logf("the watchdog told the loss after %v", time.Since(start))
+			case <-time.After(2 * time.Second):
+				t.Fatal("the hold context still runs 2 s after the hold was gone")
+			}
+		})
+	}
+}
