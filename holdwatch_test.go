@@ -386,3 +386,36 @@ func TestHoldWatchOffForGood(t *testing.T) {
 		})
 	}
 }
+
+// Redis sends no invalidation for SWAPDB (7.0 does not), so the watch does not see a hold's key swapped
+// away to another database: the watchdog tells its loss, at its next renewal, within a third of the
+// watchdog timeout.
+func TestSwapDBLossToldByWatchdog(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const timeout = 900 * time.Millisecond
+	c := newClient(t, srv, &relock.Options{WatchdogTimeout: timeout})
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	l := c.Lock("swapped")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hctx, err := l.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the watch tracks", func() bool { return trackingConn(t, rdb) != "" })
+	time.Sleep(50 * time.Millisecond) // the hold is read
+	start := time.Now()
+	do(t, rdb, "SWAPDB", "0", "1")
+	select {
+	case <-hctx.Done():
+		if !errors.Is(context.Cause(hctx), relock.ErrLockLost) {
+			t.Fatalf("cause = %v; want ErrLockLost", context.Cause(hctx))
+		}
+		t.Logf("the holder knew after %v", time.Since(start))
+	case <-time.After(timeout/3 + 300*time.Millisecond):
+		t.Fatalf("the hold context still runs %v after SWAPDB took the hold away", timeout/3+300*time.Millisecond)
+	}
+}

@@ -78,9 +78,10 @@ type Options struct {
 	// renewal every WatchdogTimeout/3), pipelined; and one tracking entry per key in Redis. Where Redis
 	// refuses CLIENT TRACKING for good (an ACL without it, a server without it), or the connection speaks
 	// RESP2 (ClientOption.AlwaysRESP2, or a client given to Wrap that speaks it), on which tracking sends
-	// no invalidation, the watch turns itself off for the Client's lifetime; a refusal that passes (BUSY
-	// while a script runs, LOADING, a lost connection) pauses it until Redis answers again. A cluster
-	// client given to Wrap has none (its options cannot be copied).
+	// no invalidation, the watch turns itself off for the Client's lifetime; a refusal that may pass (BUSY
+	// while a slow script runs, a lost connection) pauses it until Redis answers again. A cluster
+	// client given to Wrap has none (its options cannot be copied). The watch does not see SWAPDB, for
+	// which Redis sends no invalidation: the watchdog tells such a loss.
 	NoHoldWatch bool
 }
 
