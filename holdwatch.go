@@ -2,6 +2,8 @@ package relock
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +25,8 @@ import (
 //     decides). The read tracks the key again. The Client's own renewals, reentries and releases change the key too: each costs one
 //     such read per hold.
 //   - The watchdog's renewals and checks go on as before: they are the backstop when the connection is
-//     lost (its holds are read again when it is back) or tracking is not available.
+//     lost (its holds are read again when it is back) or tracking is not available, and for SWAPDB, for
+//     which Redis (7.0) sends no invalidation.
 //
 // Cost: one connection per Client; in Redis, one tracking entry per watched key; per hold, one HEXISTS
 // after watchDelay, and one after each change of its key (a renewal every timeout/3), all pipelined.
@@ -146,13 +149,16 @@ func (hw *holdWatch) invalidated(msgs []rueidis.RedisMessage) {
 }
 
 // loop owns the watch's link to Redis (see watchLink): it reads the holds that are due, and restores the
-// link when it is lost, until the Client's lifetime ends.
+// link when it is lost, until the Client's lifetime ends. After a link that could not be made, or a read
+// that got no answer, it waits a pause (see backoff), which a new hold does not cut short, and tries again;
+// only a server that refuses the watch for good (see refusedForGood) turns it off.
 func (hw *holdWatch) loop() {
 	life := hw.c.life
 	var (
-		link  watchLink
-		retry backoff
-		timer = time.NewTimer(time.Hour)
+		link    watchLink
+		retry   backoff
+		retryAt time.Time // the end of the pause after a failure: no link is made, nothing read before
+		timer   = time.NewTimer(time.Hour)
 	)
 	timer.Stop()
 	defer close(hw.stopped)
@@ -166,6 +172,11 @@ func (hw *holdWatch) loop() {
 		hw.mu.Lock()
 		hw.all = true
 		hw.mu.Unlock()
+	}
+	failed := func() {
+		pause := retry.pause()
+		retryAt = time.Now().Add(pause)
+		timer.Reset(pause)
 	}
 	for {
 		var lost <-chan error
@@ -182,25 +193,20 @@ func (hw *holdWatch) loop() {
 			link = nil
 			readAll()
 		}
+		if time.Now().Before(retryAt) {
+			continue // the timer is set for retryAt
+		}
 		if link == nil {
 			var err error
 			if link, err = hw.connect(life); err != nil {
 				link = nil
-				if _, refused := rueidis.IsRedisErr(err); refused || permanent(err) {
-					// The server refuses tracking (an ACL without CLIENT TRACKING, no RESP3): the watchdog
-					// alone watches.
-					hw.mu.Lock()
-					hw.off = true
-					clear(hw.holds)
-					clear(hw.keys)
-					hw.pending = 0
-					hw.mu.Unlock()
+				if refusedForGood(err) {
+					hw.turnOff()
 					return
 				}
-				timer.Reset(retry.pause())
+				failed()
 				continue
 			}
-			retry.reset()
 			readAll()
 		}
 		holds, next := hw.due(time.Now())
@@ -211,15 +217,63 @@ func (hw *holdWatch) loop() {
 			continue
 		}
 		if err := hw.read(life, link, holds); err != nil {
+			if refusedForGood(err) { // HEXISTS or ZSCORE not allowed
+				hw.turnOff()
+				return
+			}
 			if link.broken(err) {
 				link.close()
 				link = nil
 			}
 			readAll()
-			timer.Reset(retry.pause())
+			failed()
+			continue
 		}
+		retry.reset()
 	}
 }
+
+// turnOff ends the watch for the Client's lifetime: the watchdog alone watches.
+func (hw *holdWatch) turnOff() {
+	hw.mu.Lock()
+	defer hw.mu.Unlock()
+	hw.off = true
+	clear(hw.holds)
+	clear(hw.keys)
+	hw.pending = 0
+}
+
+// refusedForGood reports whether err, the failure to make the watch's link or to read a hold on it, is one
+// that trying again cannot mend: the server refuses the command (an ACL without it: NOPERM; a server
+// without it: an unknown command), or the connection speaks RESP2, on which tracking sends no
+// invalidations. Anything else (BUSY, LOADING, MASTERDOWN, TRYAGAIN, a connection lost or timed out...)
+// may go away by itself: the link is made, or the hold read, again.
+func refusedForGood(err error) bool {
+	switch {
+	case errors.Is(err, errNoRESP3) || errors.Is(err, ErrInvalidOptions) || permanent(err):
+		return true
+	case errors.Is(err, rueidis.ErrNoCache):
+		// A cluster's caching client: its connection's handshake could not turn tracking on, for the
+		// reason in the text (none when the connection speaks RESP2).
+		return err == rueidis.ErrNoCache || refusalForGood(err.Error())
+	}
+	if rerr, ok := redisReply(err); ok {
+		return refusalForGood(rerr.Error())
+	}
+	return false
+}
+
+// refusalForGood reports whether msg, an error reply of Redis, says that the command is not allowed or
+// not known.
+func refusalForGood(msg string) bool {
+	msg = strings.ToLower(msg)
+	return strings.Contains(msg, "noperm") || strings.Contains(msg, "unknown command") ||
+		strings.Contains(msg, "unknown subcommand")
+}
+
+// errNoRESP3 is the watch's link refused because its connection speaks RESP2: Redis sends a RESP2
+// connection with tracking on no invalidation (it would need REDIRECT to another, subscribed, connection).
+var errNoRESP3 = errors.New("relock: the connection speaks RESP2: client-side tracking sends it no invalidations")
 
 // watchLink is the watch's link to Redis: reads that have Redis track the keys they read, and the
 // invalidations that follow, which go to holdWatch.invalidated.
@@ -257,21 +311,44 @@ func (hw *holdWatch) connect(life context.Context) (watchLink, error) {
 		}
 		return cachingLink{rdb}, nil
 	}
-	conn, done := hw.c.rdb.Dedicate()
-	lost := conn.SetOnInvalidations(hw.invalidated)
+	if o := hw.c.watchOption; o != nil && o.AlwaysRESP2 {
+		return nil, errNoRESP3
+	}
+	// The connection is closed when it is done with, never given back to rueidis's pool (the release that
+	// Dedicate returns): given back, a connection that had hooks is sent UNSUBSCRIBE, PING, PUNSUBSCRIBE,
+	// PING, SUNSUBSCRIBE, PING, DISCARD, and rueidis (v1.0.79) takes a BUSY reply to an UNSUBSCRIBE (or
+	// a LOADING one) for the reply to the PING after it, so that the replies left over find no command:
+	// its reader panics ("protocol bug, message handled out of order"), ending the process. A server
+	// running a slow script answers BUSY to all but a few commands. Closing sends only a PING, and the
+	// connection goes.
+	conn, _ := hw.c.rdb.Dedicate()
 	ctx, cancel := context.WithTimeout(life, subscribeTimeout)
 	defer cancel()
-	if err := conn.Do(ctx, conn.B().ClientTracking().On().Build()).Error(); err != nil {
-		done()
+	// HELLO without a version (Redis 6.2 on) tells the connection's protocol: a rueidis client given to
+	// Wrap may speak RESP2. Where the server refuses it (before 6.2), the connection is taken to speak
+	// RESP3, as rueidis's do unless AlwaysRESP2, which New's options tell above.
+	hello, err := conn.Do(ctx, conn.B().Hello().Build()).AsMap()
+	if _, refused := redisReply(err); err != nil && !refused {
+		conn.Close()
 		return nil, err
 	}
-	return dedicatedLink{conn: conn, done: done, gone: lost}, nil
+	if proto, ok := hello["proto"]; ok {
+		if n, _ := proto.AsInt64(); n < 3 {
+			conn.Close()
+			return nil, errNoRESP3
+		}
+	}
+	lost := conn.SetOnInvalidations(hw.invalidated)
+	if err := conn.Do(ctx, conn.B().ClientTracking().On().Build()).Error(); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return dedicatedLink{conn: conn, gone: lost}, nil
 }
 
 // dedicatedLink is a single server's link: one dedicated connection with CLIENT TRACKING on.
 type dedicatedLink struct {
 	conn rueidis.DedicatedClient
-	done func()
 	gone <-chan error
 }
 
@@ -289,10 +366,15 @@ func (l dedicatedLink) read(ctx context.Context, reads []watchRead) []rueidis.Re
 
 func (l dedicatedLink) lost() <-chan error { return l.gone }
 
-// broken: any failure to get an answer on the one connection means it is gone.
-func (l dedicatedLink) broken(error) bool { return true }
+// broken: a read that got no reply means the connection is gone or stalled; one that got an error reply
+// (BUSY...) is read again on the same connection.
+func (l dedicatedLink) broken(err error) bool {
+	_, replied := redisReply(err)
+	return !replied
+}
 
-func (l dedicatedLink) close() { l.done() }
+// close closes the connection (see connect: never given back to rueidis's pool).
+func (l dedicatedLink) close() { l.conn.Close() }
 
 // cachingLink is a cluster's link: a rueidis client with client-side caching, whose cached reads are
 // tracked on the connection to the key's node. A read that is cached already costs no round trip; one
@@ -362,7 +444,8 @@ type watched struct {
 }
 
 // read reads the holds, tracking their keys, and has the watchdog check at once those Redis no longer has.
-// An error means some reads got no answer: their holds are to be read again.
+// An error means some reads got no answer, or an error reply other than WRONGTYPE (BUSY, LOADING...):
+// their holds are to be read again.
 func (hw *holdWatch) read(life context.Context, link watchLink, holds []watched) error {
 	reads := make([]watchRead, len(holds))
 	for i, w := range holds {
@@ -384,7 +467,8 @@ func (hw *holdWatch) read(life context.Context, link watchLink, holds []watched)
 			n, err = r.AsInt64()
 			there = err == nil && n == 1
 		}
-		if _, refused := rueidis.IsRedisErr(err); err != nil && !refused {
+		if rerr, replied := redisReply(err); err != nil && (!replied || !strings.HasPrefix(rerr.Error(), "WRONGTYPE")) {
+			// Not known whether it is there: it is read again (an error reply is no sign of a loss).
 			failed = err
 			continue
 		}
