@@ -91,6 +91,7 @@ var (
 	scriptGuardedEval      = loadScript("guarded_eval") // an opening: the user's script follows it (see guardedScript)
 	scriptFencedWrite      = loadScript("fenced_write")
 	scriptReleaseRequest   = loadScript("release_request")
+	scriptRequestHeard     = loadScript("release_request_heard")
 	scriptTakeOver         = loadScript("rlock_takeover")
 )
 
