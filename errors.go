@@ -54,7 +54,8 @@ var (
 	// in time: it was rolled back, and the owner does not hold the lock (or holds it as before).
 	ErrReplicaAck = errors.New("relock: acquisition not acknowledged by enough replicas")
 
-	// ErrNotFenced means FencingToken was called on a lock made without WithFencing.
+	// ErrNotFenced means FencingToken or FencedWrite was called on a lock made without WithFencing, or
+	// FencedWrite on a hold acquired without it (which has no token).
 	ErrNotFenced = errors.New("relock: lock is not fenced")
 
 	// ErrInvalidOptions means a configuration cannot work: the Options or addresses given to New or Wrap
