@@ -77,9 +77,10 @@ type gateWaiter struct {
 // handoff is what a release told the waiter it tried to hand the lock to: handed (with the hold's fencing
 // token and when the release was sent, from which the hold's expiry counts) or not.
 type handoff struct {
-	handed bool
-	token  uint64
-	sentAt time.Time
+	handed  bool
+	token   uint64
+	granted int64 // Redis's clock (ms) at the grant (see budget.go)
+	sentAt  time.Time
 }
 
 // enter puts an acquisition of name in its gate, and returns its waiter once it is the head, with handed
