@@ -90,12 +90,13 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	if l.maxHold < 0 {
 		return false, l.fail(ctx, op, ErrInvalidDuration)
 	}
-	// A hold with a budget (WithMaxHold) is never given a time to live past it.
-	if capped, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
+	// A hold with a budget (WithMaxHold) is never given a time to live past it: on Redis's clock too, once
+	// its first grant told that clock (end).
+	if capped, end, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
 		return false, l.fail(ctx, op, err)
-	} else if capped != ttl {
+	} else if capped != ttl || end != 0 {
 		ttl = capped
-		call.ttl, ttlArg = fmtMillis(ttl), fmtMillis(ttl)
+		call.ttl, ttlArg = holdTTLArg(ttl, end), fmtMillis(ttl)
 	}
 	if q != nil && q.publishes {
 		if call.publish, err = l.c.publishCommand(ctx, l.channel); err != nil {
@@ -171,7 +172,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	call.attempt = l.c.attemptID()
 	sc := l.spec.acquire(call)
 	sentAt := time.Now()
-	var reply [3]int64
+	var reply [4]int64
 	acked := int64(-1)
 	var refused error // WAIT's error reply
 	if l.ack.replicas > 0 {
@@ -200,7 +201,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	case 1:
 		if !l.c.holds.acquired(k, acquisition{
 			kind: l.kind, name: l.name, count: reply[1], lease: lease, ttl: ttl, budget: l.maxHold, sentAt: sentAt,
-			renew: l.spec.renewal(k.field), token: uint64(reply[2]), parent: parent, once: l.holdsOnce(),
+			renew: l.spec.renewal(k.field), token: uint64(reply[2]), granted: reply[3], parent: parent, once: l.holdsOnce(),
 			traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,
 		}) {
 			return false, 0, false, ErrClosed // Close began meanwhile: the hold is being given up
@@ -208,6 +209,8 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 		return true, 0, false, nil
 	case -1:
 		return false, 0, false, ErrUpgrade
+	case -3: // the hold's budget had ended on Redis's clock when this reached it: nothing changed
+		return false, 0, false, ErrMaxHoldReached
 	}
 	wait = -1
 	if reply[1] >= 0 {

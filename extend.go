@@ -76,7 +76,7 @@ func (w *holdTable) extension(k holdKey, lease time.Duration) (renewal, error) {
 		if left <= 0 {
 			return renewal{}, ErrMaxHoldReached
 		}
-		r.ttl = min(r.ttl, left)
+		r.ttl, r.until = min(r.ttl, left), h.budgetEndLocked(h.budgetAt)
 	}
 	return r, nil
 }

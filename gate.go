@@ -80,6 +80,7 @@ type gateWaiter struct {
 type handoff struct {
 	handed   bool
 	token    uint64
+	granted  int64 // Redis's clock (ms) at the grant (see budget.go)
 	sentAt   time.Time
 	handoffs int
 }

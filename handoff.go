@@ -29,7 +29,7 @@ func (t *handoffTarget) take(ctx context.Context, h handoff) (bool, error) {
 	defer l.c.holds.endTurn(k)
 	if !l.c.holds.acquired(k, acquisition{
 		kind: l.kind, name: l.name, count: 1, lease: t.lease, ttl: t.ttl, budget: l.maxHold, sentAt: h.sentAt,
-		renew: l.spec.renewal(k.field), token: h.token, parent: t.parent, handoffs: h.handoffs,
+		renew: l.spec.renewal(k.field), token: h.token, granted: h.granted, parent: t.parent, handoffs: h.handoffs,
 		traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,
 	}) {
 		return false, ErrClosed // Close began meanwhile: the hold is being given up
@@ -196,7 +196,7 @@ func (l *RLock) handOff(ctx context.Context, call releaseCall, e *gateWaiter, st
 	counter := t.lock.spec.(*rlockSpec).counter()
 	sentAt := time.Now()
 	r, err := l.c.scripts.runInts(ctx, l.spec.(*rlockSpec).handoff(call, t.field, attempt, t.ttlArg, counter, l.c.id))
-	if err == nil && len(r) != 3 {
+	if err == nil && len(r) != 3 && len(r) != 4 { // 4: a handoff, with Redis's clock at the grant
 		err = errUnexpectedReply
 	}
 	switch {
@@ -207,7 +207,7 @@ func (l *RLock) handOff(ctx context.Context, call releaseCall, e *gateWaiter, st
 		notHanded()
 		return 0, err
 	case r[1] == 1:
-		if !l.c.gates.deliver(e, handoff{handed: true, token: uint64(r[2]), sentAt: sentAt, handoffs: streak + 1}, false) {
+		if !l.c.gates.deliver(e, handoff{handed: true, token: uint64(r[2]), granted: r[3], sentAt: sentAt, handoffs: streak + 1}, false) {
 			// e gave up meanwhile: release the hold it was handed.
 			t.lock.undoAcquire(next, t.ttl, attempt)
 			l.c.holds.endTurn(next)

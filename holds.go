@@ -43,6 +43,8 @@ type acquisition struct {
 	// keepAlive marks an entry that is not a hold but something a waiter keeps alive the same way (a fair
 	// lock's queue entry): renewed like a hold, but without contexts, spans or metrics.
 	keepAlive bool
+	// granted is Redis's clock (ms) when it granted the acquisition, 0 if unknown (see budget.go).
+	granted int64
 }
 
 // hold is what the Client knows of one owner's hold on one lock: a record of the machine of holdstate.go,
@@ -67,6 +69,7 @@ type hold struct {
 	acquiredAt time.Time
 	firstSent  time.Time // when the first acquisition was sent: a budget counts from it
 	budgetAt   time.Time // when the hold's budget (WithMaxHold) ends it; zero: never
+	granted    int64     // Redis's clock (ms) at the first acquisition's grant, 0 if unknown: the budget ends on it too (budget.go)
 	renewals   int
 	group      holdKey // the hold's group, if it has one (see holdgroups.go)
 	giver      giver   // see acquisition.giver
@@ -241,13 +244,14 @@ func (w *holdTable) expiry(k holdKey) (time.Time, time.Duration, bool) {
 
 // capTTL returns ttl, the time to live an acquisition of k would give the hold in Redis, capped so that it
 // does not outlive the hold's budget: the budget of the hold k if it is held, and budget (WithMaxHold's,
-// 0: none), counted from the hold's first acquisition if it is held, else from now. It returns
+// 0: none), counted from the hold's first acquisition if it is held, else from now. It returns too when
+// the held hold's budget ends on Redis's clock (ms; 0: no budget, or not known, see budget.go), and
 // ErrMaxHoldReached when a held hold's budget has run out (the watchdog is about to end it).
-func (w *holdTable) capTTL(k holdKey, budget, ttl time.Duration) (time.Duration, error) {
+func (w *holdTable) capTTL(k holdKey, budget, ttl time.Duration) (time.Duration, int64, error) {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	at := time.Time{}
+	at, end := time.Time{}, int64(0)
 	if h := w.holds[k]; h.heldLocked(now) {
 		at = h.budgetAt
 		if budget > 0 {
@@ -255,17 +259,18 @@ func (w *holdTable) capTTL(k holdKey, budget, ttl time.Duration) (time.Duration,
 				at = b
 			}
 		}
+		end = h.budgetEndLocked(at)
 	} else if budget > 0 {
 		at = now.Add(budget)
 	}
 	if at.IsZero() {
-		return ttl, nil
+		return ttl, 0, nil
 	}
 	left := at.Sub(now).Truncate(time.Millisecond) // Redis counts whole milliseconds: never past the budget
 	if left <= 0 {
-		return 0, ErrMaxHoldReached
+		return 0, 0, ErrMaxHoldReached
 	}
-	return min(ttl, left), nil
+	return min(ttl, left), end, nil
 }
 
 // handoffs returns the hold count known for k, and the handoffs in a row that led to its hold (see gates).

@@ -24,7 +24,7 @@ var errNoAnswer = errors.New("connection reset")
 type fakeRunner struct {
 	mu      sync.Mutex
 	int     func(call scriptCall) (int64, error)
-	acquire func(call scriptCall) ([3]int64, error)
+	acquire func(call scriptCall) ([4]int64, error)
 	ints    func(call scriptCall) ([]int64, error)
 	batch   func(call scriptCall) ([]int64, error) // one run of a batch
 	batches []fakeBatch
@@ -43,7 +43,7 @@ func (f *fakeRunner) runInt(_ context.Context, call scriptCall) (int64, error) {
 	return fn(call)
 }
 
-func (f *fakeRunner) runAcquire(_ context.Context, call scriptCall) ([3]int64, error) {
+func (f *fakeRunner) runAcquire(_ context.Context, call scriptCall) ([4]int64, error) {
 	f.mu.Lock()
 	fn := f.acquire
 	f.mu.Unlock()
@@ -250,7 +250,7 @@ func TestSyncLostAcquisitionIsUndone(t *testing.T) {
 		var undos []scriptCall
 		answered := make(chan struct{})
 		f := &fakeRunner{batch: allRenewed}
-		f.acquire = func(scriptCall) ([3]int64, error) { return [3]int64{}, errNoAnswer }
+		f.acquire = func(scriptCall) ([4]int64, error) { return [4]int64{}, errNoAnswer }
 		f.int = func(call scriptCall) (int64, error) {
 			undos = append(undos, call)
 			if len(undos) < 3 {
@@ -271,7 +271,7 @@ func TestSyncLostAcquisitionIsUndone(t *testing.T) {
 		}
 		f.mu.Lock()
 		acquisitions := 0
-		f.acquire = func(scriptCall) ([3]int64, error) { acquisitions++; return [3]int64{1, 1, 0}, nil }
+		f.acquire = func(scriptCall) ([4]int64, error) { acquisitions++; return [4]int64{1, 1, 0}, nil }
 		f.mu.Unlock()
 		// The owner's next attempt waits for the undo's next sending, which gets no answer.
 		if ok, err := l.TryLock(ctx, 0, 0); ok || !errors.Is(err, ErrUnavailable) || !errors.Is(err, errNoAnswer) {
@@ -312,7 +312,7 @@ func TestSyncUnlockWithEndedContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		releases := 0
 		f := &fakeRunner{batch: allRenewed,
-			acquire: func(scriptCall) ([3]int64, error) { return [3]int64{1, 1, 0}, nil },
+			acquire: func(scriptCall) ([4]int64, error) { return [4]int64{1, 1, 0}, nil },
 			int: func(call scriptCall) (int64, error) {
 				releases++
 				if releases < 4 {

@@ -352,7 +352,7 @@ func (w *holdTable) acquiredLocked(h *hold, ev holdEvent, out *stepped) *hold {
 	}
 	if h == nil {
 		h = &hold{key: a.key, index: -1, kind: a.kind, name: a.name, acquiredAt: ev.now, firstSent: a.sentAt,
-			giver: a.giver, handoffs: a.handoffs, span: noSpan}
+			granted: a.granted, giver: a.giver, handoffs: a.handoffs, span: noSpan}
 		if a.keepAlive {
 			h.mode = entryMode
 		}

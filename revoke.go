@@ -327,10 +327,10 @@ func (l *RLock) takeOver(ctx context.Context, op, expected string) error {
 	field := l.spec.field(owner)
 	k := holdKey{key: l.name, field: field}
 	ttl, ttlArg := l.c.watchdogTimeout, l.c.watchdogTimeoutArg
-	if capped, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
+	if capped, end, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
 		return l.fail(ctx, op, err)
-	} else if capped != ttl {
-		ttl, ttlArg = capped, fmtMillis(capped)
+	} else if capped != ttl || end != 0 {
+		ttl, ttlArg = capped, holdTTLArg(capped, end)
 	}
 	if err := l.c.holds.beginTurn(ctx, k); err != nil {
 		return l.fail(ctx, op, err)
@@ -347,11 +347,15 @@ func (l *RLock) takeOver(ctx context.Context, op, expected string) error {
 		}
 		return l.fail(ctx, op, err)
 	}
-	if reply[0] != 1 {
+	switch reply[0] {
+	case -3: // the owner's hold's budget had ended on Redis's clock: nothing changed
+		return l.fail(ctx, op, ErrMaxHoldReached)
+	case 1:
+	default:
 		return l.fail(ctx, op, ErrNotHeard) // a hold that did not hear the request holds the lock
 	}
 	if !l.c.holds.acquired(k, acquisition{kind: l.kind, name: l.name, count: 1, ttl: ttl, budget: l.maxHold,
-		sentAt: sentAt, renew: l.spec.renewal(field), token: uint64(reply[2]), parent: ctx, giver: l}) {
+		sentAt: sentAt, renew: l.spec.renewal(field), token: uint64(reply[2]), granted: reply[3], parent: ctx, giver: l}) {
 		return l.fail(ctx, op, ErrClosed)
 	}
 	return nil

@@ -28,6 +28,8 @@ type renewal struct {
 	// ttl, when not 0, is the time to live the renewal gives instead of the watchdog timeout: what is left
 	// of a hold's budget (WithMaxHold), or Extend's lease.
 	ttl time.Duration
+	// until, when not 0, is when the hold's budget ends on Redis's clock (ms): no later (see budget.go).
+	until int64
 }
 
 // ttlArg is the time to live the renewal script is given: 0 for a check, else r.ttl or the Client's
@@ -37,7 +39,7 @@ func (r renewal) ttlArg(timeout time.Duration) string {
 	case r.check:
 		return "0"
 	case r.ttl > 0:
-		return fmtMillis(r.ttl)
+		return holdTTLArg(r.ttl, r.until)
 	}
 	return fmtMillis(timeout)
 }
@@ -145,6 +147,7 @@ func (w *holdTable) tick(now time.Time) time.Duration {
 		job.check = !h.renewed()
 		if !h.budgetAt.IsZero() && h.renewed() {
 			job.ttl = min(w.timeout, h.budgetAt.Sub(now).Truncate(time.Millisecond)) // never past the budget
+			job.until = h.budgetEndLocked(h.budgetAt)                                // nor past its end on Redis's clock (budget.go)
 		}
 		jobs = append(jobs, job)
 		if h.expiresAt.Before(deadline) {
