@@ -91,7 +91,45 @@ type handoff struct {
 // error, or ErrClosed when stop is closed. The head must call exit once it is done. A waiter freed or
 // riding (see gatestate.go) acquires on its own, and does not call exit.
 func (gs *gates) enter(ctx context.Context, name string, t handoffTarget, deadline time.Time, stop <-chan struct{}) (*gateWaiter, handoff, error) {
+	e, queued := gs.join(name, t)
+	if !queued {
+		return e, handoff{}, nil
+	}
+	timeout, stopTimer := deadlineTimer(deadline)
+	defer stopTimer()
+	var err error
+	for {
+		select {
+		case <-e.turn:
+			return e, handoff{}, nil
+		case h := <-e.outcome:
+			if h.handed {
+				return nil, h, nil
+			}
+			continue // not handed: it waits on, in its place (or as the head, see deliver)
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-timeout:
+		case <-stop:
+			err = ErrClosed
+		}
+		break
+	}
+	h, handed, head := gs.leaving(e)
+	switch {
+	case handed: // as it gave up: it holds the lock, as after an attempt
+		return nil, h, nil
+	case head: // it became the head meanwhile: its turn ends
+		gs.exit(e)
+	}
+	return nil, handoff{}, err
+}
+
+// join puts an acquisition of name in its gate: as its head (attempting) when the gate has none, freed when
+// the gate is open, else queued (and then reports queued).
+func (gs *gates) join(name string, t handoffTarget) (e *gateWaiter, queued bool) {
 	gs.mu.Lock()
+	defer gs.mu.Unlock()
 	g := gs.m[name]
 	switch {
 	case g == nil:
@@ -105,61 +143,35 @@ func (gs *gates) enter(ctx context.Context, name string, t handoffTarget, deadli
 		gs.m[name] = g
 		g.first = gateWaiter{g: g, name: name, target: t, phase: wAttempting}
 		g.head = &g.first
-		gs.mu.Unlock()
-		return g.head, handoff{}, nil
+		return g.head, false
 	case g.open:
-		gs.mu.Unlock()
-		return &gateWaiter{phase: wFreed}, handoff{}, nil
+		return &gateWaiter{phase: wFreed}, false
 	case g.head == nil:
 		// A gate whose queue waits for a handoff: the acquisition asks Redis, as the first entrant does.
 		e := &gateWaiter{g: g, name: name, target: t, phase: wAttempting}
 		g.head = e
-		gs.mu.Unlock()
-		return e, handoff{}, nil
+		return e, false
 	}
-	e := &gateWaiter{g: g, name: name, turn: make(chan struct{}), outcome: make(chan handoff, 1), target: t}
+	e = &gateWaiter{g: g, name: name, turn: make(chan struct{}), outcome: make(chan handoff, 1), target: t}
 	g.queue = append(g.queue, e)
 	gs.queued.Add(1)
-	if t.lock.c.holds.held(holdKey{key: name, field: t.field}) {
+	if t.lock != nil && t.lock.c.holds.held(holdKey{key: name, field: t.field}) {
 		gs.stepLocked(e, gOwnerAcquired) // its owner got the lock meanwhile: it re-enters (see acquiredBy)
 	}
-	gs.mu.Unlock()
-
-	timeout, stopTimer := deadlineTimer(deadline)
-	defer stopTimer()
-	var err error
-	for {
-		select {
-		case <-e.turn:
-			gs.unqueued()
-			return e, handoff{}, nil
-		case h := <-e.outcome:
-			if h.handed {
-				gs.unqueued()
-				return nil, h, nil
-			}
-			continue // not handed: it waits on, in its place (or as the head, see deliver)
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-timeout:
-		case <-stop:
-			err = ErrClosed
-		}
-		break
-	}
-	gs.unqueued()
-	h, handed, head := gs.leaving(e)
-	switch {
-	case handed: // as it gave up: it holds the lock, as after an attempt
-		return nil, h, nil
-	case head: // it became the head meanwhile: its turn ends
-		gs.exit(e)
-	}
-	return nil, handoff{}, err
+	return e, e.phase == wQueued
 }
 
-// unqueued counts out a waiter that was queued: it stopped waiting in the queue.
-func (gs *gates) unqueued() { gs.queued.Add(-1) }
+// dequeueLocked takes e out of its gate's queue, if it is there.
+func (gs *gates) dequeueLocked(e *gateWaiter) {
+	g := e.g
+	for i, x := range g.queue {
+		if x == e {
+			g.queue = append(g.queue[:i], g.queue[i+1:]...)
+			gs.queued.Add(-1)
+			return
+		}
+	}
+}
 
 // leaving is called by a waiter that gives up (its ctx ended, its wait ran out, the Client closes). A
 // handoff on its way is marked abandoned: its sender undoes it. One delivered already is returned
@@ -229,7 +241,9 @@ func (gs *gates) forgetIfEmptyLocked(g *gate, name string) {
 		return
 	}
 	delete(gs.m, name)
+	p := g.first.phase // final: kept for a late look of its waiter's, until the gate's reuse
 	*g = gate{}
+	g.first.phase = p
 	gs.pool.Put(g)
 }
 
@@ -241,7 +255,7 @@ func (gs *gates) promoteLocked(g *gate, w *waiter) bool {
 	}
 	for _, x := range g.queue {
 		if x.phase == wQueued {
-			g.queue = deleteWaiter(g.queue, x)
+			gs.dequeueLocked(x)
 			g.head, x.hub = x, w
 			gs.stepLocked(x, gPromote)
 			close(x.turn)
@@ -256,27 +270,16 @@ func (gs *gates) promoteLocked(g *gate, w *waiter) bool {
 // it gives up waiting (a handoff it gave up on is undone by its sender) when ctx ends (returning its
 // error), stop is closed (ErrClosed), or deadline (zero: none) passes (errWaitOver).
 func (gs *gates) attempting(ctx context.Context, e *gateWaiter, deadline time.Time, stop <-chan struct{}) (handoff, error) {
-	gs.mu.Lock()
-	if e.phase != wClaimed {
-		gs.stepLocked(e, gAttempt)
-		gs.mu.Unlock()
+	if !gs.tryAttempt(e) {
 		return handoff{}, nil
 	}
-	gs.mu.Unlock()
 	timeout, stopTimer := deadlineTimer(deadline)
 	defer stopTimer()
 	var err error
 	select {
 	case h := <-e.outcome:
-		if h.handed {
-			return h, nil
-		}
-		// Not handed: it attempts now, as the head, with no handoff on its way (a release claims only a
-		// head that sleeps).
-		gs.mu.Lock()
-		gs.stepLocked(e, gAttempt)
-		gs.mu.Unlock()
-		return handoff{}, nil
+		gs.heard(e, h)
+		return h, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-stop:
@@ -291,6 +294,29 @@ func (gs *gates) attempting(ctx context.Context, e *gateWaiter, deadline time.Ti
 	}
 	gs.stepLocked(e, gGiveUp)
 	return handoff{}, err
+}
+
+// tryAttempt moves the head e to attempting, and reports false; or, when a handoff to it is on its way,
+// true: it must wait for the handoff's outcome, and tell it to heard.
+func (gs *gates) tryAttempt(e *gateWaiter) (claimed bool) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if e.phase == wClaimed {
+		return true
+	}
+	gs.stepLocked(e, gAttempt)
+	return false
+}
+
+// heard is told the outcome of the handoff the head e waited for before its attempt: not handed, it
+// attempts now, as the head, with no handoff on its way (a release claims only a head that sleeps).
+func (gs *gates) heard(e *gateWaiter, h handoff) {
+	if h.handed {
+		return
+	}
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	gs.stepLocked(e, gAttempt)
 }
 
 // errWaitOver is attempting's error when the acquisition's wait ran out: it returns false, with no error.
@@ -374,16 +400,6 @@ func (gs *gates) count() int {
 
 // copyQueue returns a copy of q, to range over while the transitions change q.
 func copyQueue(q []*gateWaiter) []*gateWaiter { return append([]*gateWaiter(nil), q...) }
-
-// deleteWaiter returns q without x.
-func deleteWaiter(q []*gateWaiter, x *gateWaiter) []*gateWaiter {
-	for i, y := range q {
-		if y == x {
-			return append(q[:i], q[i+1:]...)
-		}
-	}
-	return q
-}
 
 // deadlineTimer returns a channel that delivers at deadline (nil, never, for a zero deadline), and the
 // function that stops its timer.

@@ -1,10 +1,6 @@
 package relock
 
-import (
-	"slices"
-
-	"github.com/relock-go/relock/internal/invariant"
-)
+import "github.com/relock-go/relock/internal/invariant"
 
 // The life of a gate waiter (see gates): one machine, whose phase only gates.stepLocked changes, under
 // gates.mu.
@@ -122,7 +118,7 @@ func (gs *gates) stepLocked(e *gateWaiter, ev gateEv) bool {
 		g.claims--
 	}
 	if next.final() || next == wAbandoned {
-		g.queue = slices.DeleteFunc(g.queue, func(x *gateWaiter) bool { return x == e })
+		gs.dequeueLocked(e)
 	}
 	if (next == wFreed || next == wRiding) && e.turn != nil {
 		close(e.turn) // it stops waiting for its turn (never had: a head is not freed): it acquires on its own
@@ -167,5 +163,7 @@ func (gs *gates) checkGateLocked(g *gate, e *gateWaiter, ev gateEv) {
 		fail("open without a head")
 	case e.phase.final() && e.phase != wHanded && g.head == e:
 		fail("a final waiter is the head")
+	case gs.queued.Load() < int64(len(g.queue)):
+		fail("the count of queued waiters is behind this gate's queue")
 	}
 }
