@@ -263,7 +263,7 @@ func (l *RLock) undoAcquire(k holdKey, ttl time.Duration, attempt string) {
 	decide := scriptCall{script: scriptUndoAcquire, keys: []string{l.name, undoneKey(l.name)},
 		args: []string{k.field, expected, attempt, fmtMillis(min(ttl, undoMarkTTL))}}
 	call := releaseCall{field: k.field, expected: expected}
-	ran := l.c.goBackground(func(life context.Context) {
+	ran := l.c.mustRun("the undo of an acquisition", func(life context.Context) {
 		left := l.c.retryUnknown(life, time.Time{}, func(ctx context.Context) (int64, error) {
 			if applied, err := l.c.scripts.runInt(ctx, decide); err != nil || applied == 0 {
 				settling.failing(err)

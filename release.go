@@ -106,7 +106,7 @@ func (l *RLock) unlockInBackground(ctx context.Context) error {
 func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 	call = repeating(call)
 	after, deadline, settling := l.c.holds.unlocking(k)
-	ran := l.c.goBackground(func(life context.Context) {
+	ran := l.c.mustRun("a release in the background", func(life context.Context) {
 		if after != nil { // an earlier operation of the owner is settling: release after it
 			select {
 			case <-after:

@@ -67,6 +67,7 @@ func (c *Client) shutdown(ctx context.Context, abandon bool) error {
 	c.bgMu.Unlock()
 	c.ops.close()
 	if abandon {
+		c.stoppedShort.Store(true)
 		c.bg.close()
 		c.end()
 	}
@@ -92,6 +93,7 @@ func (c *Client) shutdown(ctx context.Context, abandon bool) error {
 		if err = c.ops.wait(ctx); err == nil {
 			err = c.bg.wait(ctx)
 		}
+		c.stoppedShort.Store(err != nil)
 	}
 	// The end: background work still under way is cancelled (an attempt alone on its connection goes on
 	// until its own deadline, at most retryAttemptTimeout: rueidis ignores an earlier cancellation there).
