@@ -375,38 +375,3 @@ func (gs *gates) acquiredBy(name, owner string) {
 		}
 	}
 }
-
-// waiters counts the acquisitions in name's gate: its head, if any, and those queued behind it.
-func (gs *gates) waiters(name string) int {
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	g := gs.m[name]
-	if g == nil {
-		return 0
-	}
-	n := len(g.queue)
-	if g.head != nil {
-		n++
-	}
-	return n
-}
-
-// count returns how many gates the Client has.
-func (gs *gates) count() int {
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	return len(gs.m)
-}
-
-// copyQueue returns a copy of q, to range over while the transitions change q.
-func copyQueue(q []*gateWaiter) []*gateWaiter { return append([]*gateWaiter(nil), q...) }
-
-// deadlineTimer returns a channel that delivers at deadline (nil, never, for a zero deadline), and the
-// function that stops its timer.
-func deadlineTimer(deadline time.Time) (<-chan time.Time, func()) {
-	if deadline.IsZero() {
-		return nil, func() {}
-	}
-	timer := time.NewTimer(time.Until(deadline))
-	return timer.C, func() { timer.Stop() }
-}

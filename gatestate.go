@@ -167,3 +167,28 @@ func (gs *gates) checkGateLocked(g *gate, e *gateWaiter, ev gateEv) {
 		fail("the count of queued waiters is behind this gate's queue")
 	}
 }
+
+// waiters counts the acquisitions in name's gate: its head, if any, and those queued behind it.
+func (gs *gates) waiters(name string) int {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	g := gs.m[name]
+	if g == nil {
+		return 0
+	}
+	n := len(g.queue)
+	if g.head != nil {
+		n++
+	}
+	return n
+}
+
+// count returns how many gates the Client has.
+func (gs *gates) count() int {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	return len(gs.m)
+}
+
+// copyQueue returns a copy of q, to range over while the transitions change q.
+func copyQueue(q []*gateWaiter) []*gateWaiter { return append([]*gateWaiter(nil), q...) }

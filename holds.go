@@ -2,11 +2,10 @@ package relock
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -312,62 +311,63 @@ func (w *holdTable) heldByKind() (n [numKinds]int64) {
 	return n
 }
 
-// ending is a hold that ended, to be reported once holdTable.mu is released: cancelling its context and
-// ending its span call out of relock.
-type ending struct {
-	h       *hold
-	cause   error
-	held    time.Duration
-	derived []context.CancelCauseFunc // the hold's derived contexts, to end with it
+// holdEvent is one event of a hold, with what it carries.
+type holdEvent struct {
+	ev     holdEv
+	a      acquisition   // evAcquired
+	n      int64         // evReleased: the count left; evSettled: the count (< 0: unknown); evRenewOtherKind: the code
+	sentAt time.Time     // evRenewed, evRenewUnanswered, evExtended: when the renewal was sent
+	ttl    time.Duration // evRenewed, evExtended: the time to live it gave (0: the watchdog timeout)
+	cause  error         // evShut
+	now    time.Time
 }
 
-// report records the end of the hold in its span and metrics, then cancels its contexts with its cause:
-// whoever sees a hold context end finds the end already recorded.
-func (e ending) report(t *telemetry) {
-	h := e.h
-	if h == nil {
-		return
-	}
-	defer func() {
-		if h.cancel != nil {
-			h.cancel(e.cause)
-		}
-		for _, cancel := range e.derived {
-			cancel(e.cause)
-		}
-	}()
-	ctx := context.Background()
-	t.holdTime.Record(ctx, e.held.Seconds(), t.byKind[h.kind].record...)
-	o := outcomeReleased
-	if errors.Is(e.cause, ErrLockLost) {
-		o = outcomeGone
-		switch e.cause {
-		case errLeaseExpired:
-		case ErrMaxHoldReached:
-			t.maxHold.Add(ctx, 1, t.byKind[h.kind].add...)
-		default:
-			t.losses.Add(ctx, 1, t.byKind[h.kind].add...)
-			t.logLoss(h, e.cause)
-		}
-	}
-	if h.span.IsRecording() {
-		if e.cause == ErrMaxHoldReached {
-			h.span.AddEvent("max hold reached")
-		} else if o == outcomeGone {
-			h.span.AddEvent("lock lost", trace.WithAttributes(AttrCause.String(e.cause.Error())))
-		}
-		attrs := []attribute.KeyValue{AttrHoldMS.Float64(millis(e.held)), AttrRenewals.Int(h.renewals)}
-		if h.token != 0 {
-			attrs = append(attrs, AttrFencing.Int64(int64(h.token)))
-		}
-		endSpan(h.span, o, nil, attrs...)
-	} else {
-		h.span.End()
+// errRetaken ends a hold that Redis had lost when its owner acquired the lock again: Redis made a new
+// hold (a first one, with a new fencing token when fenced), which is no reentry of the old one.
+var errRetaken = fmt.Errorf("%w: Redis no longer had the hold when its owner acquired the lock again", ErrLockLost)
+
+// stepped is what transitions leave to do once the table is unlocked: report the holds that ended (their
+// contexts, spans, metrics), and start the give-ups of holds ended while Redis may still have them. The
+// first ending is kept in place: a release that ends one hold allocates nothing for it.
+type stepped struct {
+	first ending
+	more  []ending
+	gives []func()
+}
+
+func (s *stepped) add(e ending) {
+	switch {
+	case e.h == nil:
+	case s.first.h == nil:
+		s.first = e
+	default:
+		s.more = append(s.more, e)
 	}
 }
 
-func reportAll(t *telemetry, es []ending) {
-	for _, e := range es {
-		e.report(t)
+// finish reports what ended and starts the give-ups; the table must be unlocked.
+func (s *stepped) finish(t *telemetry) {
+	s.first.report(t)
+	reportAll(t, s.more)
+	for _, give := range s.gives {
+		give()
 	}
+}
+
+// cmp returns d, or def when d is 0.
+func cmp(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// first reports whether a, the reply of an acquisition for the key whose hold is h, is a first hold
+// rather than a reentry of h: a reentry of a reentrant kind counts 2 or more, and one of a lock its owners
+// hold once (an Election's) keeps the hold's token, where a first hold takes a new one.
+func (a *acquisition) first(h *hold) bool {
+	if a.token != 0 && h.token != 0 && a.token != h.token {
+		return true
+	}
+	return !a.once && a.count == 1
 }

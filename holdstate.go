@@ -3,7 +3,6 @@ package relock
 import (
 	"container/heap"
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/relock-go/relock/internal/invariant"
@@ -126,49 +125,6 @@ func (e holdEv) String() string {
 	return [...]string{"acquired", "releaseSent", "released", "releaseNotHeld", "releaseUnanswered",
 		"releaseCancelled", "unlockedInBackground", "entryLeft", "due", "renewed", "renewGone",
 		"renewOtherKind", "renewUnanswered", "watchGone", "extended", "extendGone", "settled", "shut"}[e]
-}
-
-// holdEvent is one event of a hold, with what it carries.
-type holdEvent struct {
-	ev     holdEv
-	a      acquisition   // evAcquired
-	n      int64         // evReleased: the count left; evSettled: the count (< 0: unknown); evRenewOtherKind: the code
-	sentAt time.Time     // evRenewed, evRenewUnanswered, evExtended: when the renewal was sent
-	ttl    time.Duration // evRenewed, evExtended: the time to live it gave (0: the watchdog timeout)
-	cause  error         // evShut
-	now    time.Time
-}
-
-// errRetaken ends a hold that Redis had lost when its owner acquired the lock again: Redis made a new
-// hold (a first one, with a new fencing token when fenced), which is no reentry of the old one.
-var errRetaken = fmt.Errorf("%w: Redis no longer had the hold when its owner acquired the lock again", ErrLockLost)
-
-// stepped is what transitions leave to do once the table is unlocked: report the holds that ended (their
-// contexts, spans, metrics), and start the give-ups of holds ended while Redis may still have them. The
-// first ending is kept in place: a release that ends one hold allocates nothing for it.
-type stepped struct {
-	first ending
-	more  []ending
-	gives []func()
-}
-
-func (s *stepped) add(e ending) {
-	switch {
-	case e.h == nil:
-	case s.first.h == nil:
-		s.first = e
-	default:
-		s.more = append(s.more, e)
-	}
-}
-
-// finish reports what ended and starts the give-ups; the table must be unlocked.
-func (s *stepped) finish(t *telemetry) {
-	s.first.report(t)
-	reportAll(t, s.more)
-	for _, give := range s.gives {
-		give()
-	}
 }
 
 // stepLocked applies ev to h, the record of its key (nil: none; then only evAcquired does anything),
@@ -386,41 +342,6 @@ func (w *holdTable) acquiredLocked(h *hold, ev holdEvent, out *stepped) *hold {
 	return h
 }
 
-// cmp returns d, or def when d is 0.
-func cmp(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
-}
-
-// first reports whether a, the reply of an acquisition for the key whose hold is h, is a first hold
-// rather than a reentry of h: a reentry of a reentrant kind counts 2 or more, and one of a lock its owners
-// hold once (an Election's) keeps the hold's token, where a first hold takes a new one.
-func (a *acquisition) first(h *hold) bool {
-	if a.token != 0 && h.token != 0 && a.token != h.token {
-		return true
-	}
-	return !a.once && a.count == 1
-}
-
-// beganLocked does what a new hold needs besides its fields: its group, its span, the watch of its key.
-func (w *holdTable) beganLocked(h *hold, a *acquisition) {
-	if a.group != (holdKey{}) {
-		w.groupLocked(h, a.group)
-	}
-	if a.traced && h.mode != entryMode { // no hold span where the acquisition was not traced (no SDK, or not sampled)
-		h.span = w.c.tel.startHold(a.parent, a.kind, a.name)
-	}
-	switch {
-	case h.mode == entryMode:
-	case a.kind <= kindWrite: // a lock's hold: a field of a hash (see holdWatch)
-		w.c.watch.add(h.key, false)
-	case a.kind == kindSemaphore && a.renew.script == scriptPermitRenew: // a permit: a sorted set's member
-		w.c.watch.add(h.key, true)
-	}
-}
-
 // lengthen moves h's expiry to sentAt+ttl when that is later (never earlier), and reports whether it did.
 func (h *hold) lengthen(sentAt time.Time, ttl time.Duration) bool {
 	if expires := sentAt.Add(ttl); expires.After(h.expiresAt) {
@@ -460,112 +381,4 @@ func (w *holdTable) dueNowLocked(h *hold, now time.Time) {
 	h.next = now
 	w.queueLocked(h)
 	w.wakeLocked()
-}
-
-// endLocked ends h: it leaves the table, the queue, its group and the watch, and what is to be reported of
-// it (its contexts, span and metrics) is returned, for once the table is unlocked.
-func (w *holdTable) endLocked(h *hold, cause error) ending {
-	h.phase = phaseEnded
-	if h.riskChanged != nil {
-		close(h.riskChanged)
-		h.riskChanged = nil
-	}
-	if h.riskTimer != nil {
-		h.riskTimer.Stop()
-		h.riskTimer = nil
-	}
-	if w.holds[h.key] == h {
-		delete(w.holds, h.key)
-		w.c.watch.remove(h.key)
-	}
-	w.ungroupLocked(h)
-	if h.index >= 0 {
-		heap.Remove(&w.queue, h.index)
-	}
-	if h.mode == entryMode {
-		return ending{} // not a hold: nothing to report
-	}
-	e := ending{h: h, cause: cause, held: time.Since(h.acquiredAt)}
-	for _, d := range h.derived {
-		e.derived = append(e.derived, d.cancel)
-	}
-	return e
-}
-
-// endGivingUpLocked ends h with cause and, unless the Client is closing (Close gives holds up itself),
-// adds to out what gives it up in Redis. It ends so a hold the watchdog renews whose renewals got no
-// answer until its expiry, as lost (errRenewTimeout): Redis may well still have it, its renewals may have
-// run, their replies lost. And a hold whose budget is spent (ErrMaxHoldReached), which Redis drops about
-// now anyway: given up, its waiters are woken at once. Left there, a hold would keep the lock from
-// everyone until it expired, and the owner's next acquisition would re-enter it (a hold count of 2 for the
-// 1 the owner knows of, which its Unlock would not end). So it is given up as Close gives holds up (see
-// giver), and until that is over the owner's next operation on the lock waits, or fails while Redis does
-// not answer (see prepare). A queue entry is no hold: its owner still waits, and its next attempt joins
-// again if the entry is gone.
-func (w *holdTable) endGivingUpLocked(h *hold, cause error, now time.Time, out *stepped) {
-	out.add(w.endLocked(h, cause))
-	if w.closed || h.giver == nil || h.mode == entryMode {
-		return
-	}
-	k, giver := h.key, h.giver
-	// No renewal sent before now extends the hold past now + timeout: then Redis has surely dropped it.
-	deadline := now.Add(w.timeout)
-	s := w.beginSettlingLocked(k)
-	out.gives = append(out.gives, func() {
-		if !w.c.goBackground(func(life context.Context) {
-			_ = giver.giveUp(life, k, deadline)
-			s.done(0)
-		}) {
-			s.done(0)
-		}
-	})
-}
-
-// illegalLocked reports an event that cannot happen in h's phase.
-func (w *holdTable) illegalLocked(h *hold, ev holdEvent) {
-	if invariant.On() {
-		invariant.Failf("hold %q of %q: %s in phase %s", h.key.field, h.key.key, ev.ev, h.phase)
-	}
-}
-
-// checkHoldLocked asserts h's invariants after ev moved it from phase before.
-func (w *holdTable) checkHoldLocked(h *hold, before holdPhase, ev holdEvent) {
-	fail := func(what string) {
-		invariant.Failf("hold %q of %q after %s (%s -> %s; renewal %s, releases %d, count %d): %s",
-			h.key.field, h.key.key, ev.ev, before, h.phase, h.renewing, h.releases, h.count, what)
-	}
-	grouped := w.inGroupLocked(h)
-	if h.phase == phaseEnded {
-		switch {
-		case w.holds[h.key] == h:
-			fail("an ended hold is still its key's record")
-		case h.index >= 0:
-			fail("an ended hold is still queued")
-		case grouped:
-			fail("an ended hold is still in its group")
-		}
-		return
-	}
-	switch {
-	case w.holds[h.key] != h:
-		fail("a live hold is not its key's record")
-	case h.count < 1:
-		fail("a live hold has no count")
-	case h.releases < 0:
-		fail("fewer than no releases under way")
-	case (h.phase == phaseHeld) != (h.releases == 0):
-		fail("held, but releases are under way; or releasing, with none")
-	case (h.renewing == renewQueued) != (h.index >= 0):
-		fail("queued, but not in the watchdog's queue; or the other way round")
-	case h.renewing == renewParked && h.phase != phaseDoubted:
-		fail("parked, but not doubted")
-	case grouped && h.phase != phaseHeld:
-		fail("in its group while being released")
-	case h.mode == entryMode && (h.ctx != nil || h.group != (holdKey{})):
-		fail("a queue entry with a context or a group")
-	case h.expiresAt.IsZero():
-		fail("no expiry")
-	case w.closed:
-		fail("live in a closed table")
-	}
 }

@@ -212,3 +212,27 @@ func checkModel(c *Client, k holdKey, m *modelHold, old context.Context, wasLive
 	}
 	return nil
 }
+
+// An Unlock that Redis answers with no level left ends the hold, before it returns, whatever else of its
+// owner's settles meanwhile (the undo of an attempt whose reply was lost). The explorer once saw "Unlock
+// returned nil, and its HoldContext still lives 200 ms later" (RLock, seed 5868515200010982491, not
+// replayed): the hold ended only when the settling did. Now a release's reply ends the hold by itself
+// (holdstate.go: released(left <= 0)), and an owner's release and attempts take turns, so that no settling
+// of its own begins while its release is under way.
+func TestReleaseEndsTheHoldWhateverSettles(t *testing.T) {
+	c := newFakeClient(t, &fakeRunner{}, time.Hour)
+	c.holds.started = true // no watchdog loop
+	defer func() { c.holds.started = false; closeFake(c) }()
+	k := acquireFake(c, "settling", "owner", 0)
+	hc, err := c.holds.holdContext(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s := c.holds.settle(k) // an undo of the owner's, in the background
+	c.holds.releasing(k)
+	c.holds.released(k, 0)
+	if hc.Err() == nil || !errors.Is(context.Cause(hc), context.Canceled) {
+		t.Fatalf("after the release's reply (no level left), the HoldContext says %v", context.Cause(hc))
+	}
+	s.done(-1)
+}

@@ -290,3 +290,13 @@ func shorterWait(a, b time.Duration) time.Duration {
 	}
 	return a
 }
+
+// deadlineTimer returns a channel that delivers at deadline (nil, never, for a zero deadline), and the
+// function that stops its timer.
+func deadlineTimer(deadline time.Time) (<-chan time.Time, func()) {
+	if deadline.IsZero() {
+		return nil, func() {}
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	return timer.C, func() { timer.Stop() }
+}
