@@ -484,9 +484,9 @@ func TestGatesAreDroppedWhenHandoffChainsEnd(t *testing.T) {
 	}
 }
 
-// A Redisson client's waiter gets the lock within the bound docs/redisson.md gives ("a chance at least
-// every 9 holds of a relock Client"), however many relock Clients hand a busy lock over among their own
-// waiters: each Client's yield gives Redisson's waiters a head start that no relock waiter cuts short.
+// A Redisson client's waiter gets the lock within the bound docs/redisson.md gives (no more than 36 relock
+// holds in a row: an offer at least every 9 holds of a relock Client, a few of them missed), however many
+// relock Clients hand a busy lock over among their own waiters: each Client's yield gives Redisson's waiters a head start that no relock waiter cuts short.
 // (Once a relock Client's waiter had heard the lock's channel it took the unlock message meant for
 // Redisson's waiters, and two relock Clients yielding to each other named each other's waiters first:
 // 99 to 234 relock holds in a row.)
