@@ -56,9 +56,9 @@ func newRawLock(b *testing.B, rdb rueidis.Client, name, owner string) *rawLock {
 		acqKeys: []string{name, "relock_undone:{" + name + "}", "redisson_lock_queue:{" + name + "}",
 			"relock_rwlock_writers:{" + name + "}", "relock_election:{" + name + "}", "relock_lock_waiters:{" + name + "}"},
 		relKeys: []string{name, "redisson_lock__channel:{" + name + "}", "relock_release:{" + name + "}", "relock_undone:{" + name + "}",
-			"relock_lock_waiters:{" + name + "}", "relock_lock_wake:{" + name + "}"},
+			"relock_lock_waiters:{" + name + "}", "relock_lock_wake:{" + name + "}", "relock_release_void:{" + name + "}"},
 		acqArgs: []string{"30000", field, "a1", "0", "30000"}, // an attempt id, as relock sends one; not waiting
-		relArgs: []string{field, "0", "", "!r1", "publish", "-1"},
+		relArgs: []string{field, "0", "", "!r1", "publish", "-1", "2000"},
 	}
 }
 
@@ -68,7 +68,7 @@ func (r *rawLock) lockUnlock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if len(got) != 4 || got[0] != 1 || got[1] != 1 { // {1, count, token, Redis's clock} (lua/lib/hold.lua)
+	if len(got) != 4 || got[0] != 1 || got[1] != 1 { // a grant: {1, count, token, Redis's clock}
 		return fmt.Errorf("raw acquire replied %v", got)
 	}
 	left, err := r.release.Exec(ctx, r.rdb, r.relKeys, r.relArgs).AsInt64()
