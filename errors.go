@@ -66,7 +66,7 @@ var (
 
 	// ErrUnavailable means Redis could not be reached or did not answer, in any operation (New and
 	// NewContext included): the connection could not be made (refused, unreachable, timed out), it broke,
-	// the server stopped answering, or it answered that it cannot serve now (LOADING, MASTERDOWN,
+	// the server stopped answering, or it answered that it cannot serve now (LOADING, BUSY, MASTERDOWN,
 	// CLUSTERDOWN, TRYAGAIN, or OOM over its maxmemory). It wraps the cause. A call that could not reach Redis changed nothing; one
 	// whose reply was lost is settled as its operation documents (an acquisition is undone, a release
 	// completed, in the background). Trying again later is the remedy.
@@ -257,15 +257,16 @@ func redisReply(err error) (*rueidis.RedisError, bool) {
 }
 
 // transientReply reports whether rerr is Redis saying it cannot serve now, without running the command:
-// a cluster failing over or down, a server loading its data, a replica without its master, or a server over
-// its maxmemory with noeviction (OOM). A server over its maxmemory refuses a script at its first write that
+// a cluster failing over or down, a server loading its data or running a slow script (BUSY), a replica
+// without its master, or a server over its maxmemory with noeviction (OOM). A server over its maxmemory refuses a script at its first write that
 // needs memory; relock's scripts make those writes before any that a repeat would apply twice (a release's
 // decrement comes before its record, a semaphore's count before anything), so a refused one is safe to
 // send again.
 func transientReply(rerr *rueidis.RedisError) bool {
 	msg := rerr.Error()
 	return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(msg, "MASTERDOWN") ||
-		strings.HasPrefix(msg, "OOM")
+		strings.HasPrefix(msg, "OOM") || strings.HasPrefix(msg, "BUSY ") // not BUSYKEY, BUSYGROUP
+
 }
 
 // outcomeUnknown reports whether a failed command got no definite answer: Redis did not reply. It may

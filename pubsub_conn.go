@@ -8,6 +8,13 @@ import (
 // The hub's subscription connection on a single server (see hub): one goroutine owns it, sends every
 // SUBSCRIBE and UNSUBSCRIBE the channels need, in the order they were decided, and restores the
 // subscriptions when the connection is lost.
+//
+// A channel nobody needs any more while others are still needed lingers, subscribed, for up to lingerFor:
+// dropping channels costs a new connection (see rotatingConn), so drops are gathered. A channel needed again
+// meanwhile is subscribed already. When no channel is needed, the connection goes at once.
+
+// lingerFor is how long a channel nobody needs may stay subscribed beside channels still needed.
+const lingerFor = time.Second
 
 // loop owns the subscription connection and brings the subscriptions in Redis in line with the waiters.
 func (h *hub) loop() {
@@ -22,7 +29,11 @@ func (h *hub) loop() {
 		retry   *time.Timer
 		retryC  <-chan time.Time
 		backoff backoff // between attempts to restore the connection while waiters need it
+		linger  = time.NewTimer(time.Hour)
+		drop    bool // the lingering channels are due to go
 	)
+	linger.Stop()
+	lingerC := (<-chan time.Time)(nil)
 	defer func() {
 		if conn != nil {
 			conn.close()
@@ -30,6 +41,7 @@ func (h *hub) loop() {
 		if retry != nil {
 			retry.Stop()
 		}
+		linger.Stop()
 	}()
 	for {
 		select {
@@ -38,6 +50,9 @@ func (h *hub) loop() {
 		case <-h.kick:
 		case <-retryC:
 			retryC = nil
+		case <-lingerC:
+			lingerC, drop = nil, true
+			h.markSubscribedDirty()
 		case <-connErr: // closed, with at most one error: the connection is gone
 			conn.close()
 			conn, connErr = nil, nil
@@ -50,7 +65,15 @@ func (h *hub) loop() {
 		if conn == nil {
 			continue
 		}
-		if err := h.reconcile(conn); err != nil {
+		lingering, err := h.reconcile(conn, drop)
+		if err == nil {
+			drop = false
+			if lingering && lingerC == nil {
+				linger.Reset(lingerFor)
+				lingerC = linger.C
+			}
+		}
+		if err != nil {
 			conn.close()
 			conn, connErr = nil, nil
 			h.connectionLost()
@@ -88,11 +111,28 @@ func (h *hub) connectionLost() {
 	}
 }
 
+// markSubscribedDirty marks every subscribed channel dirty, for reconcile to look at them again.
+func (h *hub) markSubscribedDirty() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.subs {
+		if s.subscribed {
+			h.markDirtyLocked(s)
+		}
+	}
+}
+
 // reconcile sends the UNSUBSCRIBE and SUBSCRIBE commands the dirty channels need, in that order, and
-// records their outcome. A non-nil error means the connection is unusable.
-func (h *hub) reconcile(conn subConn) error {
+// records their outcome. A channel nobody needs lingers, subscribed (and reconcile reports so), while
+// other channels are needed, unless drop says the lingering ones go now. A non-nil error means the
+// connection is unusable.
+func (h *hub) reconcile(conn subConn, drop bool) (lingering bool, err error) {
 	var subs, unsubs []string
 	h.mu.Lock()
+	needed := false
+	for _, s := range h.subs {
+		needed = needed || s.needed()
+	}
 	for ch, s := range h.dirty {
 		delete(h.dirty, ch)
 		switch {
@@ -101,6 +141,8 @@ func (h *hub) reconcile(conn subConn) error {
 				s.pending = &subAttempt{done: make(chan struct{})}
 			}
 			subs = append(subs, ch)
+		case !s.needed() && s.subscribed && needed && !drop:
+			lingering = true
 		case !s.needed() && s.subscribed:
 			// From here on new waiters must wait for a fresh SUBSCRIBE, sent after this UNSUBSCRIBE.
 			s.subscribed = false
@@ -111,12 +153,11 @@ func (h *hub) reconcile(conn subConn) error {
 	}
 	h.mu.Unlock()
 	if len(subs) == 0 && len(unsubs) == 0 {
-		return nil
+		return lingering, nil
 	}
 
 	ctx, cancel := context.WithTimeout(h.life, subscribeTimeout)
 	defer cancel()
-	var err error
 	if len(unsubs) > 0 {
 		err = conn.unsubscribe(ctx, unsubs)
 	}
@@ -130,6 +171,14 @@ func (h *hub) reconcile(conn subConn) error {
 	for _, ch := range unsubs {
 		if s := h.subs[ch]; s != nil {
 			h.markDirtyLocked(s) // deleted next round if still unused, or subscribed again
+		}
+	}
+	if len(unsubs) > 0 && err == nil {
+		// The channels kept moved to another connection (see rotatingConn): a named message counted on
+		// the old one may have lost its unlock message with it. A count started over can only wake a
+		// waiter for nothing, never leave one asleep.
+		for _, s := range h.subs {
+			s.skip = 0
 		}
 	}
 	for _, ch := range subs {
@@ -147,7 +196,7 @@ func (h *hub) reconcile(conn subConn) error {
 			h.markDirtyLocked(s)
 		}
 	}
-	return err
+	return lingering, err
 }
 
 // dropLocked forgets s, which has no waiter left and is not subscribed, and ends its pending subscription

@@ -2,6 +2,7 @@ package relock
 
 import (
 	"context"
+	"sync"
 
 	"github.com/redis/rueidis"
 )
@@ -33,9 +34,8 @@ type subConn interface {
 type redisSubscriber struct{ rdb rueidis.Client }
 
 func (s redisSubscriber) dedicate(onMessage func(channel, message string)) (subConn, <-chan error) {
-	conn, _ := s.rdb.Dedicate() // conn.Close releases it
-	lost := conn.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { onMessage(m.Channel, m.Message) }})
-	return dedicatedConn{conn}, lost
+	c := &rotatingConn{rdb: s.rdb, onMessage: onMessage, channels: make(map[string]bool), lost: make(chan error, 1)}
+	return c, c.lost
 }
 
 func (s redisSubscriber) receive(ctx context.Context, channel string, sharded bool, confirmed func(), onMessage func(channel, message string)) error {
@@ -63,15 +63,116 @@ func (s redisSubscriber) receive(ctx context.Context, channel string, sharded bo
 	return s.rdb.Receive(sctx, sub, func(m rueidis.PubSubMessage) { onMessage(m.Channel, m.Message) })
 }
 
-// dedicatedConn is a rueidis dedicated connection carrying the hub's subscriptions.
-type dedicatedConn struct{ conn rueidis.DedicatedClient }
-
-func (c dedicatedConn) subscribe(ctx context.Context, channels []string) error {
-	return c.conn.Do(ctx, c.conn.B().Subscribe().Channel(channels...).Build()).Error()
+// rotatingConn carries the hub's subscriptions on a rueidis dedicated connection, and never sends
+// UNSUBSCRIBE: to drop channels it subscribes the others on a new connection, then closes the old one (and
+// to drop them all, it closes it). rueidis (v1.0.79) writes a PING after every UNSUBSCRIBE, and takes a
+// BUSY or LOADING reply to the UNSUBSCRIBE for the PING's: the PING's own reply then finds no command, and
+// rueidis's reader panics ("protocol bug, message handled out of order"), ending the process. A server
+// running a slow script answers BUSY to UNSUBSCRIBE; SUBSCRIBE's refusal, and a connection's Close (one
+// PING, and the connection goes), are safe. Messages may come twice while both connections are subscribed
+// (a waiter woken for nothing tries once more); none is missed.
+type rotatingConn struct {
+	rdb       rueidis.Client
+	onMessage func(channel, message string)
+	mu        sync.Mutex
+	cur       *underlyingConn // nil while subscribed to nothing
+	closed    bool
+	channels  map[string]bool // subscribed on cur; only the hub's loop changes it
+	lost      chan error      // the hub's: gets at most one error, and is closed, when cur is lost
 }
 
-func (c dedicatedConn) unsubscribe(ctx context.Context, channels []string) error {
-	return c.conn.Do(ctx, c.conn.B().Unsubscribe().Channel(channels...).Build()).Error()
+// underlyingConn is one connection of a rotatingConn, and the channel closed when it is gone.
+type underlyingConn struct {
+	conn rueidis.DedicatedClient
+	gone <-chan error
 }
 
-func (c dedicatedConn) close() { c.conn.Close() }
+// open makes a new connection; watch reports its loss while it is the current one.
+func (c *rotatingConn) open() *underlyingConn {
+	conn, _ := c.rdb.Dedicate() // conn.Close releases it
+	u := &underlyingConn{conn: conn}
+	u.gone = conn.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) { c.onMessage(m.Channel, m.Message) }})
+	go c.watch(u)
+	return u
+}
+
+func (c *rotatingConn) watch(u *underlyingConn) {
+	err := <-u.gone
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur != u || c.closed {
+		return // rotated away, or closed on purpose
+	}
+	c.cur = nil
+	if err != nil {
+		c.lost <- err
+	}
+	close(c.lost)
+}
+
+func (c *rotatingConn) current() *underlyingConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil && !c.closed {
+		c.cur = c.open()
+	}
+	return c.cur
+}
+
+func (c *rotatingConn) subscribe(ctx context.Context, channels []string) error {
+	u := c.current()
+	if u == nil {
+		return ErrClosed
+	}
+	if err := u.conn.Do(ctx, u.conn.B().Subscribe().Channel(channels...).Build()).Error(); err != nil {
+		return err
+	}
+	for _, ch := range channels {
+		c.channels[ch] = true
+	}
+	return nil
+}
+
+// unsubscribe drops channels: the others move to a new connection, and the old one is closed once they
+// are subscribed there; it returns once the old connection's reader is over, so that no message of it
+// comes later. With none left, the connection is closed.
+func (c *rotatingConn) unsubscribe(ctx context.Context, channels []string) error {
+	for _, ch := range channels {
+		delete(c.channels, ch)
+	}
+	keep := make([]string, 0, len(c.channels))
+	for ch := range c.channels {
+		keep = append(keep, ch)
+	}
+	var next *underlyingConn
+	if len(keep) > 0 {
+		next = c.open()
+		if err := next.conn.Do(ctx, next.conn.B().Subscribe().Channel(keep...).Build()).Error(); err != nil {
+			next.conn.Close()
+			return err
+		}
+	}
+	c.mu.Lock()
+	old := c.cur
+	c.cur = next
+	c.mu.Unlock()
+	if old != nil {
+		old.conn.Close()
+		select {
+		case <-old.gone:
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+func (c *rotatingConn) close() {
+	c.mu.Lock()
+	c.closed = true
+	u := c.cur
+	c.cur = nil
+	c.mu.Unlock()
+	if u != nil {
+		u.conn.Close()
+	}
+}
