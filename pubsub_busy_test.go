@@ -39,7 +39,9 @@ func TestHubSurvivesBusyServer(t *testing.T) {
 	})
 	// Redis is busy for 2.5 s; 200 ms in, a's waiter gives up: its channel is needed no more, b's is.
 	scriptDone := make(chan error, 1)
-	go func() { scriptDone <- busy.Do(ctx, busy.B().Eval().Script(busyScript).Numkeys(0).Arg("2500").Build()).Error() }()
+	go func() {
+		scriptDone <- busy.Do(ctx, busy.B().Eval().Script(busyScript).Numkeys(0).Arg("2500").Build()).Error()
+	}()
 	time.Sleep(200 * time.Millisecond)
 	giveUp()
 	if err := <-a; !errors.Is(err, context.Canceled) {
