@@ -139,8 +139,11 @@ func checkRevoke(h *history, b bounds) []violation {
 			}
 		}
 		for _, y := range h.holds {
+			// Held when the Revoke began, and ended by nothing else before it returned: not released, its lease
+			// not run out, its Client not closed; and found gone (its context ended as lost, or its Unlock said so).
 			if y.phantom || y.grant >= f.from || y.end <= f.to || y.validEnd() <= f.from || y.owner == f.owner ||
-				!slices.ContainsFunc(y.res, func(r int) bool { return slices.Contains(f.res, r) }) {
+				!slices.ContainsFunc(y.res, func(r int) bool { return slices.Contains(f.res, r) }) ||
+				(y.lease > 0 && y.leaseEnd() <= f.to) || (y.closed > 0 && y.closed <= f.to) || (y.told == forever && !y.notHeld) {
 				continue
 			}
 			if slices.ContainsFunc(h.forced, func(g forcedRec) bool { // another may have ended it

@@ -147,6 +147,9 @@ func (x *hold) validEnd() time.Duration {
 	if x.coEnd > 0 {
 		end = min(end, x.coEnd)
 	}
+	if x.sharedOwner && x.ctxEnded > 0 { // its co-owner's final Unlock, or a TakeOver of the owner's, ended it
+		end = min(end, x.ctxEnded)
+	}
 	if x.lease > 0 {
 		end = min(end, x.leaseEnd())
 	}

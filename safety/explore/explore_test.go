@@ -96,6 +96,11 @@ func exploreKind(t *testing.T, k *kind) {
 					continue
 				}
 				violations.Add(int64(len(o.violations)))
+				if *keepGoing { // each schedule's violations, in a line each (the first schedule's in full below)
+					for _, v := range o.violations {
+						t.Logf("seed %d: %s", o.p.seed, v)
+					}
+				}
 				mu.Lock()
 				if first == nil {
 					first = &o

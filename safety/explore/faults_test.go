@@ -210,6 +210,9 @@ func (s *sched) leftOf(cs []*relock.Client) []string {
 			return nil
 		}
 		for _, key := range keys {
+			if strings.HasPrefix(key, "relock_undone:") { // marks of undone attempts, not holds: they live for the hold's TTL
+				continue
+			}
 			if strings.Contains(key, id) {
 				left = append(left, key)
 				continue

@@ -48,6 +48,7 @@ type hold struct {
 	closed             time.Duration // when its context ended as its Client closed; 0 if not
 	closedBy           time.Duration // when its Client's Close returned nil, having given it up (0: not)
 	coEnd              time.Duration // when its co-owner's Unlock released it (clipSharedOwners; 0: not)
+	ctxEnded           time.Duration // when its context ended, whatever the cause (0: not while the schedule ran)
 	listened           time.Duration // when it began to listen for requests (0: it did not)
 	heard              []heardRec    // the requests it heard
 }

@@ -285,9 +285,7 @@ func (s *sched) reenter(a *actor, l lockHandle, x *hold, hctx context.Context) {
 		}
 		// A hold taken over, force-unlocked or deleted meanwhile: its context ends within milliseconds
 		// (victimBound).
-		select {
-		case <-hctx.Done():
-		case <-time.After(500 * time.Millisecond):
+		if !s.endsWithin(hctx, 500*time.Millisecond) {
 			s.h.fail("actor %d: %s: HoldCount = %d, want %d, and its HoldContext still lives 500 ms later", a.id, when, n, want)
 		}
 	}
@@ -314,9 +312,7 @@ func (s *sched) reenter(a *actor, l lockHandle, x *hold, hctx context.Context) {
 	}
 	if l.fenced && x.token != 0 && hctx != nil {
 		if tok, err := l.rl.FencingToken(a.base); err == nil && tok != x.token {
-			select {
-			case <-hctx.Done():
-			case <-time.After(50 * time.Millisecond):
+			if !s.endsWithin(hctx, 50*time.Millisecond) {
 				s.h.fail("actor %d: %s: the hold's fencing token went from %d to %d at a reentry (%s..%s), and its HoldContext still lives 50 ms later",
 					a.id, l.op, x.token, tok, ms(q.invoke), ms(q.ret))
 			}
