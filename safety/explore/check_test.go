@@ -147,7 +147,7 @@ func (x *hold) validEnd() time.Duration {
 	if x.coEnd > 0 {
 		end = min(end, x.coEnd)
 	}
-	if x.sharedOwner && x.ctxEnded > 0 { // its co-owner's final Unlock, or a TakeOver of the owner's, ended it
+	if x.ctxEnded > 0 { // told, whatever the cause (shared owners: a co-owner's final Unlock, or TakeOver)
 		end = min(end, x.ctxEnded)
 	}
 	if x.lease > 0 {

@@ -183,9 +183,19 @@ func newPlan(k *kind, seed uint64) *plan {
 		p.permits = p.perClient
 	}
 	drawOps(k, p, rand.New(rand.NewPCG(seed, 0x0b5)))
-	if *withoutFlag != "" {
+	if *withoutFlag != "" { // faults, or operations, left out (the rest of the plan stays the seed's)
 		skip := strings.Split(*withoutFlag, ",")
 		p.faults = slices.DeleteFunc(p.faults, func(f step) bool { return slices.Contains(skip, f.what) })
+		for _, op := range skip {
+			switch op {
+			case "max-hold":
+				p.ops.maxHold = 0
+			case "revoke":
+				p.ops.revokers = 0
+			case "shared":
+				p.ops.shared = false
+			}
+		}
 	}
 	return p
 }

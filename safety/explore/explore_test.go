@@ -24,7 +24,7 @@ var (
 	budgetFlag  = flag.Duration("budget", 7*time.Second, "the CI budget: fresh seeds for this long, per kind")
 	parFlag     = flag.Int("par", 4, "schedules run at once")
 	keepGoing   = flag.Bool("keep-going", false, "go on exploring after a violation (count them all)")
-	withoutFlag = flag.String("without", "", "faults to leave out of the plans, comma-separated (e.g. busy+watch-kill): to look past a defect that crashes the process")
+	withoutFlag = flag.String("without", "", "faults or operations (max-hold, revoke, shared) to leave out of the plans, comma-separated (e.g. busy,busy+watch-kill): to look past a defect found")
 )
 
 func TestMain(m *testing.M) {

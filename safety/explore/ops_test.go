@@ -222,6 +222,11 @@ func (s *sched) guardedWrite(a *actor, l lockHandle, x *hold, hctx context.Conte
 // unless it surely changed nothing.
 func (s *sched) extend(a *actor, l lockHandle, x *hold) {
 	lease := time.Duration(20+a.rng.IntN(880)) * time.Millisecond
+	if a.rng.IntN(2) == 0 { // shorter than the hold's lease: Extend must not shorten it
+		lease = time.Duration(20+a.rng.Int64N(int64(x.lease/2/time.Millisecond)+1)) * time.Millisecond
+	}
+	var before time.Duration
+	s.h.update(func() { before = x.leaseMin })
 	q := &call{actor: a.id, client: a.client, owner: a.owner, quick: true, op: fmt.Sprintf("%s.Extend(%v)", l.op, lease)}
 	ctx, cancel := short(a)
 	defer cancel()
@@ -244,6 +249,38 @@ func (s *sched) extend(a *actor, l lockHandle, x *hold) {
 			x.leaseMax = max(x.leaseMax, q.ret+lease)
 		}
 	})
+	if err == nil && !a.role.shared {
+		s.checkExtended(a, l, x, max(before, q.invoke+lease), q)
+	}
+}
+
+// checkExtended checks, right after an Extend of x returned nil, that Redis keeps the hold at least until
+// want (Extend: "it lives at least lease from now ... It never shortens the hold"): the time to live of
+// the lock's hash, or of each of a reader's level keys, reaches want (up to the hold's budget), less 2 ms.
+// A hold Redis no longer has is left to the other checkers (it may have been taken or deleted).
+func (s *sched) checkExtended(a *actor, l lockHandle, x *hold, want time.Duration, q *call) {
+	if l.maxHold > 0 {
+		want = min(want, x.invoke+l.maxHold)
+	}
+	field := ownerField(s.e.clients[a.client][0], a.owner) + l.suffix
+	at := s.h.now()
+	ttl, err := s.e.do(0, "EVAL", `if ARGV[2] == '1' then
+  local least = -2
+  for _, k in ipairs(redis.call('keys', KEYS[2])) do
+    local t = redis.call('pttl', k)
+    if least == -2 or (t >= 0 and t < least) then least = t end
+  end
+  return least
+end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return -2 end
+return redis.call('pttl', KEYS[1])`, "2", s.name, "{"+s.name+"}:"+field+":rwlock_timeout:*", field, map[bool]string{true: "1", false: "0"}[l.shared]).AsInt64()
+	if err != nil || ttl < 0 {
+		return
+	}
+	if left := want - s.h.now(); time.Duration(ttl)*time.Millisecond < left-2*time.Millisecond {
+		s.h.fail("extend: actor %d's %s (%s..%s) returned nil, and at %s Redis keeps the hold %d ms more, not the %d ms to %s that the lease and the Extend promise (acquired %s with lease %v)",
+			a.id, q.op, ms(q.invoke), ms(q.ret), ms(at), ttl, left.Milliseconds(), ms(want), ms(x.invoke), x.lease)
+	}
 }
 
 // checkBudget is called when x's context ended with ErrMaxHoldReached, at Client time the budget's end or
