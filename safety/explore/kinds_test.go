@@ -486,6 +486,9 @@ func (s *sched) holdOn(a *actor, l lockHandle, x *hold) bool {
 	if l.maxHold > 0 && a.rng.IntN(3) == 0 {
 		hold = l.maxHold + 100*time.Millisecond // past the budget: the Client ends the hold
 	}
+	if a.role.shared && a.rng.IntN(3) == 0 { // long enough that its co-owner's waiter, which may go on at once, is seen asleep
+		hold = time.Duration(600+a.rng.IntN(600)) * time.Millisecond
+	}
 	var steps []holdStep
 	if l.rl != nil && a.rng.Float64() < s.p.ops.guardP {
 		for range 1 + a.rng.IntN(3) {

@@ -89,8 +89,11 @@ func drawOps(k *kind, p *plan, rng *rand.Rand) {
 		f := step{what: k.extra[rng.IntN(len(k.extra))], at: time.Duration(float64(p.length) * (0.05 + 0.7*rng.Float64())),
 			dur: time.Duration(50+rng.IntN(450)) * time.Millisecond}
 		switch f.what {
-		case fClose:
+		case fClose: // the first Client half the time: with a crowd, it hands over as it closes
 			f.target = rng.IntN(p.clients)
+			if rng.IntN(2) == 0 {
+				f.target = 0
+			}
 		case fBusy, fLoading:
 			f.target = rng.IntN(k.servers)
 			if rng.IntN(2) == 0 { // the watch's connection dropped as Redis stops answering: it reconnects into it
