@@ -98,7 +98,7 @@ func exploreKind(t *testing.T, k *kind) {
 				violations.Add(int64(len(o.violations)))
 				if *keepGoing { // each schedule's violations, in a line each (the first schedule's in full below)
 					for _, v := range o.violations {
-						t.Logf("seed %d: %s", o.p.seed, v)
+						t.Logf("seed %d (%.1f s in): %s", o.p.seed, time.Since(start).Seconds(), v)
 					}
 				}
 				mu.Lock()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relock-go/relock"
 )
 
@@ -154,16 +156,30 @@ func (s *sched) sleep(d time.Duration) {
 	}
 }
 
-// release makes a's release call op (fn, with a short ctx) on behalf of owner, and records it.
+// release makes a's release call op (fn, with a short ctx) on behalf of owner, and records it. A release
+// that Redis answered with an error reply (BUSY, LOADING) did not run, and the hold is still held (renewed
+// by its Client): the actor makes it again, every 50 ms, for up to 2 s, as a caller would.
 func (s *sched) release(a *actor, op, owner string, fn func(context.Context) error) *call {
-	ctx, cancel := short(a)
-	defer cancel()
-	rc := &call{actor: a.id, client: a.client, op: op, owner: owner, invoke: s.h.now()}
-	rc.deadline = rc.invoke + 2*time.Second
-	rc.err = fn(ctx)
-	rc.ret = s.h.now()
-	s.h.addCall(rc)
-	return rc
+	for i := 0; ; i++ {
+		ctx, cancel := short(a)
+		rc := &call{actor: a.id, client: a.client, op: op, owner: owner, invoke: s.h.now()}
+		rc.deadline = rc.invoke + 2*time.Second
+		rc.err = fn(ctx)
+		cancel()
+		rc.ret = s.h.now()
+		s.h.addCall(rc)
+		if !redisReplied(rc.err) || i == 40 {
+			return rc
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// redisReplied reports whether err is an error reply of Redis's (BUSY, LOADING, ...): what it answered did
+// not run.
+func redisReplied(err error) bool {
+	var r *rueidis.RedisError
+	return errors.As(err, &r) && !rueidis.IsRedisNil(r)
 }
 
 // endedLocked records that the release rc ended x (in s.h.update): a release that did not say the hold was
@@ -476,8 +492,9 @@ func (s *sched) holdOn(a *actor, l lockHandle, x *hold) bool {
 	if l.rl != nil && s.k.ops&opRevoke != 0 {
 		asked = s.listen(a, x, l.rl.ReleaseRequests)
 	}
+	balanced := true // the owner's levels are the hold's one (a reentry's Unlock did not fail)
 	if x.lease == 0 && l.holdCount != nil && !a.role.shared && a.rng.IntN(4) == 0 {
-		s.reenter(a, l, x, hctx)
+		balanced = s.reenter(a, l, x, hctx)
 	}
 	hold := s.holdTime(a)
 	if x.lease > 0 && a.rng.IntN(5) == 0 {
@@ -514,7 +531,7 @@ func (s *sched) holdOn(a *actor, l lockHandle, x *hold) bool {
 	if budget != nil && hctx.Err() != nil {
 		<-budget // its check is over before the owner acquires again
 	}
-	if err == nil && hctx != nil && !a.role.shared {
+	if err == nil && hctx != nil && !a.role.shared && balanced {
 		if !s.endsWithin(hctx, 200*time.Millisecond) {
 			s.h.fail("actor %d: %s returned nil, and its HoldContext still lives 200 ms later", a.id, rc.op)
 		}

@@ -312,7 +312,10 @@ return {redis.call('hexists', KEYS[1], ARGV[1]), redis.call('pttl', KEYS[1])}`, 
 // while the hold is known to live, and, for a fenced lock, that the hold kept its fencing token: a
 // reentrant acquisition keeps the owner's token (WithFencing), and a hold that Redis had lost, taken
 // afresh, is a new hold whose old context must have ended (HoldContext: lost).
-func (s *sched) reenter(a *actor, l lockHandle, x *hold, hctx context.Context) {
+//
+// It reports whether the levels it took are given back as far as the owner knows (its Unlock returned nil,
+// or its Lock failed).
+func (s *sched) reenter(a *actor, l lockHandle, x *hold, hctx context.Context) bool {
 	ctx, cancel := short(a)
 	defer cancel()
 	countIs := func(want int, when string) {
@@ -348,7 +351,7 @@ func (s *sched) reenter(a *actor, l lockHandle, x *hold, hctx context.Context) {
 		}
 	})
 	if err != nil {
-		return
+		return true
 	}
 	if l.fenced && x.token != 0 && hctx != nil {
 		if tok, err := l.rl.FencingToken(a.base); err == nil && tok != x.token {
@@ -359,11 +362,12 @@ func (s *sched) reenter(a *actor, l lockHandle, x *hold, hctx context.Context) {
 		}
 	}
 	countIs(2, "after reentry")
-	if err := l.unlock(ctx); err != nil {
-		return
+	if rc := s.release(a, l.op+".Unlock (of the reentry)", "", l.unlock); rc.err != nil {
+		return false
 	}
 	released = true
 	countIs(1, "after one of two Unlocks")
+	return true
 }
 
 // revokeOp makes one request of a revoker (RLock): RequestRelease, Revoke or TakeOver, each with a
