@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -96,9 +97,15 @@ func (s *sched) extraFault(f step, w *window, wait func(time.Duration)) {
 			h.forced = append(h.forced, forcedRec{op: what, from: w.start, to: h.now(), res: allRes(s), sure: err == nil})
 		})
 	case fDelete:
-		// Nothing announces it: waiters wake at the time to live they last saw (up to the watchdog timeout),
-		// which the waiters' checker must not hold against them.
-		e.do(f.target, "DEL", s.name)
+		// Again and again for the fault's length, every 5 to 20 ms: a deletion that falls between a grant and
+		// its owner's next call (a reentry) is what a Client must not take for its own hold. Nothing
+		// announces it: waiters wake at the time to live they last saw (up to the watchdog timeout), which
+		// the waiters' checker must not hold against them.
+		until := time.Now().Add(f.dur)
+		for i := 0; i == 0 || time.Now().Before(until); i++ {
+			e.do(f.target, "DEL", s.name)
+			time.Sleep(time.Duration(5+rand.IntN(16)) * time.Millisecond)
+		}
 		w.hush = s.p.watchdog
 		h.update(func() {
 			h.forced = append(h.forced, forcedRec{op: what, from: w.start, to: h.now(), res: allRes(s), sure: true})

@@ -70,7 +70,7 @@ func drawOps(k *kind, p *plan, rng *rand.Rand) {
 		o.guardP = 0.5
 	}
 	if k.ops&(opRevoke|opStepDown) != 0 {
-		o.listenP = 0.5
+		o.listenP = 0.75
 		o.revokers = rng.IntN(3)
 	}
 	if k.name == "Redisson" {
