@@ -254,10 +254,11 @@ const redissonChances = 3 * 9
 // takeovers, which take the lock whoever waits), no relock Client gets more than redissonChances holds.
 func checkRedisson(h *history, b bounds) []violation {
 	var vs []violation
-	var forced [][2]time.Duration
+	var forced [][2]time.Duration // and the stretches the process did not run: a chance it could not take
 	for _, f := range h.forced {
 		forced = append(forced, [2]time.Duration{f.from, f.to})
 	}
+	forced = append(forced, h.lags...)
 	for _, w := range h.calls {
 		if !w.redisson || w.waitFor == nil {
 			continue

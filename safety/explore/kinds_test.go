@@ -488,13 +488,15 @@ func (s *sched) holdOn(a *actor, l lockHandle, x *hold) bool {
 			s.h.update(func() { x.token = tok })
 		}
 	}
-	var asked <-chan struct{}
-	if l.rl != nil && s.k.ops&opRevoke != 0 {
-		asked = s.listen(a, x, l.rl.ReleaseRequests)
-	}
+	// A reentry at once: a loss between the grant and it (a key deleted) is one the watch of holds has not
+	// seen yet, which the Client must not take for a reentry.
 	balanced := true // the owner's levels are the hold's one (a reentry's Unlock did not fail)
 	if x.lease == 0 && l.holdCount != nil && !a.role.shared && a.rng.IntN(4) == 0 {
 		balanced = s.reenter(a, l, x, hctx)
+	}
+	var asked <-chan struct{}
+	if l.rl != nil && s.k.ops&opRevoke != 0 {
+		asked = s.listen(a, x, l.rl.ReleaseRequests)
 	}
 	hold := s.holdTime(a)
 	if x.lease > 0 && a.rng.IntN(5) == 0 {

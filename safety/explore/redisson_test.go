@@ -11,7 +11,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
-	"github.com/relock-go/relock/internal/faultnet"
 )
 
 // Waiters that speak Redisson's protocol on a relock Lock, as a Redisson client's threads would: its
@@ -19,7 +18,8 @@ import (
 // /work/shared/REDISSON.md, sections 1.2 to 1.4 (never copied from Redisson), and its way of waiting:
 // subscribe to the lock's channel, try again on each unlock message or when the holder's time to live
 // runs out, until the wait is over (tryLock). Each such actor is a Redisson client of its own (an owner
-// "<uuid>:1"), on a link of its own to the server.
+// "<uuid>:1"), on a connection straight to the server: a chance to take the lock (a release that lets the
+// other Clients go first wakes it 5 ms before the releasing Client's own waiter tries) is one it can take.
 
 // redissonAcquire: when the lock is free, or the owner holds it, count one more hold and set the lease;
 // reply nil. Else reply the holder's time to live. KEYS[1] the lock; ARGV[1] the lease (ms), ARGV[2] the
@@ -101,21 +101,7 @@ type redissonClient struct {
 // redissonActor tries to take the lock (tryLock with a wait), holds it (renewing it every third of its
 // lease, as Redisson's watchdog does), and releases it, until the schedule stops.
 func redissonActor(s *sched, a *actor) {
-	// A link of its own, as slow as a relock Client's may be: the races a Redisson waiter runs against
-	// relock's waiters are fair ones.
-	px, err := faultnet.Start(s.e.servers[0].Addr())
-	if err != nil {
-		s.h.fail("harness: a Redisson client's proxy: %v", err)
-		return
-	}
-	defer px.Close()
-	if a.rng.IntN(2) == 0 {
-		px.SetLatency(time.Duration(200+a.rng.IntN(4000)) * time.Microsecond)
-	}
-	if a.rng.IntN(2) == 0 {
-		px.SetJitter(time.Duration(500+a.rng.IntN(5000)) * time.Microsecond)
-	}
-	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{px.Addr}, DisableCache: true, DisableRetry: true})
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.e.servers[0].Addr()}, DisableCache: true, DisableRetry: true})
 	if err != nil {
 		s.h.fail("harness: a Redisson client: %v", err)
 		return
