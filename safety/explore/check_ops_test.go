@@ -151,17 +151,26 @@ func checkRevoke(h *history, b bounds) []violation {
 			}) {
 				continue
 			}
-			heard := slices.ContainsFunc(y.heard, func(r heardRec) bool { return r.reason == f.revoke })
+			// The owner's hold listens, and hears: with a shared owner, through any of its goroutines' holds.
+			listened, heard := forever, false
+			for _, z := range h.holds {
+				if z == y || (y.sharedOwner && z.owner == y.owner && !z.phantom && z.grant <= f.to && max(z.end, z.ctxEnded) >= f.from) {
+					if z.listened > 0 {
+						listened = min(listened, z.listened)
+					}
+					heard = heard || slices.ContainsFunc(z.heard, func(r heardRec) bool { return r.reason == f.revoke })
+				}
+			}
 			switch {
 			case y.redisson:
 				vs = append(vs, violation{"revoke", fmt.Sprintf("%s at %s..%s took over the Redisson client's hold %s (acquired %s..%s), which cannot hear a request",
 					f.op, ms(f.from), ms(f.to), y.owner, ms(y.invoke), ms(y.grant)), f.from, f.to})
-			case y.listened == 0 || y.listened > f.to:
+			case listened > f.to:
 				vs = append(vs, violation{"revoke", fmt.Sprintf("%s at %s..%s took over %s's hold (acquired %s..%s), which did not listen for requests",
 					f.op, ms(f.from), ms(f.to), y.owner, ms(y.invoke), ms(y.grant)), f.from, f.to})
 			case quiet && !heard:
 				vs = append(vs, violation{"revoke", fmt.Sprintf("%s at %s..%s took over %s's hold (acquired %s..%s, listening from %s), which did not hear its request (it heard %v)",
-					f.op, ms(f.from), ms(f.to), y.owner, ms(y.invoke), ms(y.grant), ms(y.listened), y.heard), f.from, f.to})
+					f.op, ms(f.from), ms(f.to), y.owner, ms(y.invoke), ms(y.grant), ms(listened), y.heard), f.from, f.to})
 			}
 		}
 	}
