@@ -3,6 +3,8 @@ package relock
 import (
 	"context"
 	"time"
+
+	"github.com/relock-go/relock/internal/invariant"
 )
 
 // Background work: what a Client completes after its caller has gone (a release whose context ended, the
@@ -27,6 +29,20 @@ func (c *Client) goBackground(fn func(ctx context.Context)) bool {
 		fn(c.life)
 	}()
 	return true
+}
+
+// mustRun runs fn as goBackground does, for work that must reach Redis (the undo of an acquisition, a
+// release completed in the background): Close waits for the operations that start it, so that it is
+// refused only once Close gave up waiting or the Client was abandoned; refused otherwise, in test binaries,
+// it fails (a hold Redis may have would be left to its TTL). It reports whether fn runs.
+func (c *Client) mustRun(what string, fn func(ctx context.Context)) bool {
+	if c.goBackground(fn) {
+		return true
+	}
+	if invariant.On() && !c.stoppedShort.Load() {
+		invariant.Failf("%s dropped: the Client ended while the operation that started it was under way", what)
+	}
+	return false
 }
 
 // retryUnknown runs call until Redis answers it (see retry; call must be safe to repeat: an attempt whose

@@ -126,9 +126,13 @@ type Client struct {
 	life       context.Context
 	end        context.CancelFunc
 	closed     atomic.Bool
-	once       sync.Once
-	bgMu       sync.Mutex // orders the workers' wg.Add against Close
-	ops, bg    tasks
+	// stoppedShort is set when Close gave up waiting for the work under way (its ctx ended first) or the
+	// Client was abandoned (a test's dead process): only then may work that must be done in Redis (an
+	// undo, a release) be dropped. In test binaries, work dropped otherwise fails (see mustRun).
+	stoppedShort atomic.Bool
+	once         sync.Once
+	bgMu         sync.Mutex // orders the workers' wg.Add against Close
+	ops, bg      tasks
 }
 
 // ClientNamePrefix starts the connection name (CLIENT SETNAME) that New gives its connections unless

@@ -90,12 +90,13 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	if l.maxHold < 0 {
 		return false, l.fail(ctx, op, ErrInvalidDuration)
 	}
-	// A hold with a budget (WithMaxHold) is never given a time to live past it.
-	if capped, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
+	// A hold with a budget (WithMaxHold) is never given a time to live past it: on Redis's clock too, once
+	// its first grant told that clock (end).
+	if capped, end, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
 		return false, l.fail(ctx, op, err)
-	} else if capped != ttl {
+	} else if capped != ttl || end != 0 {
 		ttl = capped
-		call.ttl, ttlArg = fmtMillis(ttl), fmtMillis(ttl)
+		call.ttl, ttlArg = holdTTLArg(ttl, end), fmtMillis(ttl)
 	}
 	if q != nil && q.publishes {
 		if call.publish, err = l.c.publishCommand(ctx, l.channel); err != nil {
@@ -158,30 +159,20 @@ func (l *RLock) taken(ctx context.Context) (bool, time.Duration, error) {
 // attempt runs the acquire script once.
 func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, call acquireCall) (acquired bool, wait time.Duration, names bool, err error) {
 	q := l.spec.queue()
-	for {
-		if _, err := l.c.holds.prepare(ctx, k); err != nil {
+	if q != nil && (call.join || !q.lazy) { // a lazy queue's owner is not in it before it waits
+		if err := q.prepare(ctx, k); err != nil {
 			return false, 0, false, err
 		}
-		if q != nil && (call.join || !q.lazy) { // a lazy queue's owner is not in it before it waits
-			if err := q.prepare(ctx, k); err != nil {
-				return false, 0, false, err
-			}
-		}
-		// The attempt's turn among the owner's attempts on the lock; an undo begun while it waited (by
-		// the attempt before it) is waited for first, without holding up the turn.
-		if err := l.c.holds.beginAttempt(ctx, k); err != nil {
-			return false, 0, false, err
-		}
-		if !l.c.holds.settling(k) {
-			break
-		}
-		l.c.holds.endAttempt(k)
 	}
-	defer l.c.holds.endAttempt(k) // after the outcome is recorded, or its undo has begun
+	// The attempt's turn among the owner's operations on the lock, once nothing of the owner's settles.
+	if err := l.c.holds.beginTurn(ctx, k); err != nil {
+		return false, 0, false, err
+	}
+	defer l.c.holds.endTurn(k) // after the outcome is recorded, or its undo has begun
 	call.attempt = l.c.attemptID()
 	sc := l.spec.acquire(call)
 	sentAt := time.Now()
-	var reply [3]int64
+	var reply [4]int64
 	acked := int64(-1)
 	var refused error // WAIT's error reply
 	if l.ack.replicas > 0 {
@@ -210,7 +201,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	case 1:
 		if !l.c.holds.acquired(k, acquisition{
 			kind: l.kind, name: l.name, count: reply[1], lease: lease, ttl: ttl, budget: l.maxHold, sentAt: sentAt,
-			renew: l.spec.renewal(k.field), token: uint64(reply[2]), parent: parent,
+			renew: l.spec.renewal(k.field), token: uint64(reply[2]), granted: reply[3], parent: parent, once: l.holdsOnce(),
 			traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,
 		}) {
 			return false, 0, false, ErrClosed // Close began meanwhile: the hold is being given up
@@ -218,6 +209,8 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 		return true, 0, false, nil
 	case -1:
 		return false, 0, false, ErrUpgrade
+	case -3: // the hold's budget had ended on Redis's clock when this reached it: nothing changed
+		return false, 0, false, ErrMaxHoldReached
 	}
 	wait = -1
 	if reply[1] >= 0 {
@@ -270,7 +263,7 @@ func (l *RLock) undoAcquire(k holdKey, ttl time.Duration, attempt string) {
 	decide := scriptCall{script: scriptUndoAcquire, keys: []string{l.name, undoneKey(l.name)},
 		args: []string{k.field, expected, attempt, fmtMillis(min(ttl, undoMarkTTL))}}
 	call := releaseCall{field: k.field, expected: expected}
-	ran := l.c.goBackground(func(life context.Context) {
+	ran := l.c.mustRun("the undo of an acquisition", func(life context.Context) {
 		left := l.c.retryUnknown(life, time.Time{}, func(ctx context.Context) (int64, error) {
 			if applied, err := l.c.scripts.runInt(ctx, decide); err != nil || applied == 0 {
 				settling.failing(err)
@@ -285,6 +278,12 @@ func (l *RLock) undoAcquire(k holdKey, ttl time.Duration, attempt string) {
 	if !ran {
 		settling.done(-1)
 	}
+}
+
+// holdsOnce reports whether the lock's owners hold it once at most (an Election's): see acquisition.once.
+func (l *RLock) holdsOnce() bool {
+	s, ok := l.spec.(*fairSpec)
+	return ok && s.election != ""
 }
 
 // holdDone returns the context that ends when the hold of ctx's owner ends (see holdTable.holdDone).

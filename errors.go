@@ -54,7 +54,8 @@ var (
 	// in time: it was rolled back, and the owner does not hold the lock (or holds it as before).
 	ErrReplicaAck = errors.New("relock: acquisition not acknowledged by enough replicas")
 
-	// ErrNotFenced means FencingToken was called on a lock made without WithFencing.
+	// ErrNotFenced means FencingToken or FencedWrite was called on a lock made without WithFencing, or
+	// FencedWrite on a hold acquired without it (which has no token).
 	ErrNotFenced = errors.New("relock: lock is not fenced")
 
 	// ErrInvalidOptions means a configuration cannot work: the Options or addresses given to New or Wrap
@@ -85,9 +86,10 @@ var ErrNoQuorum = errors.New("relock: no quorum of redlock nodes")
 var ErrLockLost = errors.New("relock: lock lost")
 
 // ErrMaxHoldReached is the cause of a hold's context when the hold reached its budget (WithMaxHold): its
-// Client released it, and no acquisition, renewal or Extend had given it a time to live in Redis beyond
-// that point. It wraps ErrLockLost, so code that stops work on a loss stops here too; it is not counted
-// as a loss (relock.losses) but as a budget reached (relock.max_hold_reached).
+// Client released it, and Redis drops it by the budget after it granted it in any case (see WithMaxHold).
+// It is also the error of an acquisition of the hold made, or reaching Redis, once its budget is spent.
+// It wraps ErrLockLost, so code that stops work on a loss stops here too; it is not counted as a loss
+// (relock.losses) but as a budget reached (relock.max_hold_reached).
 var ErrMaxHoldReached = fmt.Errorf("%w: it reached its maximum duration (WithMaxHold)", ErrLockLost)
 
 // ErrNoLease is Extend's error for a hold that has no lease: the watchdog keeps it alive until its owner
@@ -329,7 +331,8 @@ func unsent(err error) bool {
 
 // permanent reports whether err is one that trying again cannot mend.
 func permanent(err error) bool {
-	for _, e := range []error{ErrUpgrade, ErrInvalidOwner, ErrInvalidName, ErrInvalidDuration, ErrClosed, ErrNilClient, ErrWrongKind} {
+	for _, e := range []error{ErrUpgrade, ErrInvalidOwner, ErrInvalidName, ErrInvalidDuration, ErrClosed, ErrNilClient, ErrWrongKind,
+		ErrMaxHoldReached} {
 		if errors.Is(err, e) {
 			return true
 		}

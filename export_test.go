@@ -37,3 +37,17 @@ func CallerToken(ctx context.Context) string {
 // GateWaiters tells a test how many acquisitions of the Lock name wait in c's gate (see gates): its head,
 // if any, and those queued behind it.
 func GateWaiters(c *Client, name string) int { return c.gates.waiters(name) }
+
+// Gates tells a test how many gates c has (see gates): one per Lock name that has waiters in c, or a
+// handoff on its way.
+func Gates(c *Client) int { return c.gates.count() }
+
+// HoldWatchOff tells a test whether c's watch of holds has turned itself off for good (or c has none).
+func HoldWatchOff(c *Client) bool {
+	if c.watch == nil {
+		return true
+	}
+	c.watch.mu.Lock()
+	defer c.watch.mu.Unlock()
+	return c.watch.off
+}

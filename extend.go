@@ -28,9 +28,10 @@ func (l *RLock) Extend(ctx context.Context, lease time.Duration) error {
 		return l.fail(ctx, "extend", ErrInvalidDuration)
 	}
 	k := holdKey{key: l.name, field: field}
-	if _, err := l.c.holds.prepare(ctx, k); err != nil {
+	if err := l.c.holds.beginTurn(ctx, k); err != nil {
 		return l.fail(ctx, "extend", err)
 	}
+	defer l.c.holds.endTurn(k)
 	r, err := l.c.holds.extension(k, lease)
 	if err == ErrNotHeld {
 		err = l.notHeld(field)
@@ -63,7 +64,7 @@ func (w *holdTable) extension(k holdKey, lease time.Duration) (renewal, error) {
 	switch {
 	case !h.heldLocked(now):
 		return renewal{}, ErrNotHeld
-	case h.renews:
+	case h.renewed():
 		return renewal{}, ErrNoLease
 	case h.renew.script == nil:
 		return renewal{}, ErrNotHeld // a test's hold, which cannot be renewed
@@ -75,7 +76,7 @@ func (w *holdTable) extension(k holdKey, lease time.Duration) (renewal, error) {
 		if left <= 0 {
 			return renewal{}, ErrMaxHoldReached
 		}
-		r.ttl = min(r.ttl, left)
+		r.ttl, r.until = min(r.ttl, left), h.budgetEndLocked(h.budgetAt)
 	}
 	return r, nil
 }
@@ -85,34 +86,17 @@ func (w *holdTable) extension(k holdKey, lease time.Duration) (renewal, error) {
 // a hold Redis no longer has ends as lost, as when the watchdog finds it gone (unless a release of it by
 // its owner is under way, which may be what removed it: see holdTable.notHeld).
 func (w *holdTable) extended(k holdKey, code int64, sentAt time.Time, ttl time.Duration) bool {
-	w.mu.Lock()
-	h := w.holds[k]
-	if h == nil || h.ended || h.acquiredAt.IsZero() {
-		w.mu.Unlock()
-		return false
-	}
-	var e ending
+	ev := holdEvent{ev: evExtended, sentAt: sentAt, ttl: ttl}
 	switch {
-	case code == 1:
-		if exp := sentAt.Add(ttl); exp.After(h.expiresAt) {
-			h.expiresAt = exp
-			h.ttl = max(h.ttl, ttl)
-			h.confirmedLocked(sentAt)
-		}
-		w.refreshRiskLocked(h, time.Now())
-		if h.index >= 0 || h.inflight {
-			w.scheduleLocked(h, sentAt) // its next check, or the end of its new lease
-		}
-		w.mu.Unlock()
-		return true
-	case code == 0 && h.releases > 0:
-		h.gone = true // its owner's release under way decides (see holdTable.notHeld)
 	case code == 0:
-		e = w.endLocked(h, errHoldGone)
-	default:
-		e = w.endLocked(h, lostToKind(h.kind, code))
+		ev.ev = evExtendGone
+	case code != 1:
+		ev.ev, ev.n = evRenewOtherKind, code
 	}
+	var out stepped
+	w.mu.Lock()
+	h := w.stepLocked(w.holds[k], ev, &out)
 	w.mu.Unlock()
-	e.report(w.c.tel)
-	return false
+	out.finish(w.c.tel)
+	return h != nil && code == 1
 }

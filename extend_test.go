@@ -204,3 +204,103 @@ func TestExtendedHoldIsStillWatched(t *testing.T) {
 		t.Fatalf("cause = %v; want ErrLockLost", context.Cause(hctx))
 	}
 }
+
+// Extend with a shorter lease than a hold has leaves every key of the hold living at least as long as it
+// did: the lock's hash, and a reader's own hold levels (each its own key, which a writer waits for).
+func TestExtendNeverShortensAnyKey(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	for _, kind := range []string{"lock", "fair", "write", "read", "read-reentrant"} {
+		t.Run(kind, func(t *testing.T) {
+			name := "extend-shorter-" + kind
+			var l *relock.RLock
+			switch kind {
+			case "lock":
+				l = c.Lock(name, relock.WithFencing())
+			case "fair":
+				l = c.FairLock(name, relock.WithFencing())
+			case "write":
+				l = c.ReadWriteLock(name, relock.WithFencing()).WriteLock()
+			default:
+				l = c.ReadWriteLock(name).ReadLock()
+			}
+			if err := l.LockWithLease(ctx, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if kind == "read-reentrant" { // a second level, with a lease of its own
+				if err := l.LockWithLease(ctx, 8*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			keys, err := rdb.Do(ctx, rdb.B().Keys().Pattern("*"+name+"*").Build()).AsStrSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[string]int{"read": 2, "read-reentrant": 3}[kind]; want > 0 && len(keys) != want {
+				t.Fatalf("keys %v; want the hash and a key per read level", keys)
+			}
+			pttls := func() []int64 {
+				ttls := make([]int64, len(keys))
+				for i, k := range keys {
+					ttls[i], _ = do(t, rdb, "PTTL", k).AsInt64()
+				}
+				return ttls
+			}
+			at := time.Now() // before the first read: the time elapsed is then never under-counted
+			before := pttls()
+			if err := l.Extend(ctx, 200*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			after := pttls()
+			elapsed := time.Since(at).Milliseconds() + 1
+			for i, k := range keys {
+				if after[i] < before[i]-elapsed {
+					t.Errorf("PTTL of %s: %d ms before Extend(200ms), %d ms %d ms later: shortened", k, before[i], after[i], elapsed)
+				}
+			}
+			for n, _ := l.HoldCount(ctx); n > 0; n-- {
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// A reader that extends its lease hold with a shorter lease keeps the writers out for as long as its
+// hold lives: Extend did not cut its hold level's key short behind its HoldContext.
+func TestExtendOfAReadHoldKeepsWritersOut(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c, other := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	const name = "extend-read-writer"
+	r := c.ReadWriteLock(name).ReadLock()
+	if err := r.LockWithLease(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	hctx, err := r.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Extend(ctx, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if hctx.Err() != nil {
+		t.Fatalf("the reader's hold ended: %v", context.Cause(hctx))
+	}
+	w := other.ReadWriteLock(name).WriteLock()
+	if ok, err := w.TryLock(ctx, 0, 0); err != nil || ok {
+		t.Fatalf("another Client's writer TryLock while the reader's hold lives = %v, %v; want false", ok, err)
+	}
+	if hctx.Err() != nil {
+		t.Fatalf("the reader's hold ended: %v", context.Cause(hctx))
+	}
+	if err := r.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

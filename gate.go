@@ -3,8 +3,8 @@ package relock
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,25 +17,31 @@ import (
 //     The others wait in the gate, in order of arrival, without a round trip, and the first of them becomes
 //     the head when the head has the lock or gives up.
 //   - A release by one of the Client's owners hands the lock to the first of the gate's queue (to the head
-//     if the queue is empty and the head is not in the middle of an attempt), in the release's own script run
+//     if the queue is empty and the head is between attempts), in the release's own script run
 //     (lua/rlock_handoff.lua): one round trip instead of a release, a message and an acquisition. A hold
 //     handed over is a new holder's: a first hold (count 1), with a new fencing token when its lock is
 //     fenced, and its own lease or watchdog renewal.
-//   - A Client hands a lock over at most maxHandoffs times in a row. The release after that goes through
-//     Redis and lets the other Clients go first: it wakes a waiter of another Client by name if there is
-//     one; else it wakes Redisson's waiters with Redisson's message, and the gate's head tries yieldFor
-//     later if anybody heard it; it names the gate's head only when nobody else waits. So a gate's waiters
-//     never keep a lock from other Clients' waiters (relock's or Redisson's) for more than maxHandoffs
-//     holds in a row.
+//   - A Client hands a lock over at most maxHandoffs times in a row: the hold counts the handoffs that led
+//     to it (hold.handoffs). The release after that goes through Redis and lets the other Clients go first:
+//     it wakes a waiter of another Client by name if there is one; else it wakes Redisson's waiters with
+//     Redisson's message (which relock's Clients ignore), and the gate's head tries yieldFor later if
+//     anybody heard it; it names the gate's head only when nobody else waits. So a gate's waiters never
+//     keep a lock from other Clients' waiters (relock's or Redisson's) for more than maxHandoffs holds in
+//     a row.
+//   - A waiter whose owner gets the lock meanwhile (another goroutine of a WithOwner token) leaves the gate
+//     and acquires at once: a reentry.
 //
 // An owner that holds the lock already (a reentry), a single attempt (TryLock with no wait) and the other
-// kinds do not use the gate.
+// kinds do not use the gate. A waiter's life is the machine of gatestate.go.
 type gates struct {
 	hub *hub // the Client's
 	mu  sync.Mutex
 	m   map[string]*gate
-	// pool keeps the gates forgotten, for reuse. It is the Client's own: a waiter that still refers to a
-	// gate after it was forgotten (see enter) touches it under this Client's mu only.
+	// queued counts the waiters in every gate's queue, so that an acquisition looks for its owner's other
+	// waiters (acquiredBy) only when there may be some.
+	queued atomic.Int64
+	// pool keeps the gates forgotten, for reuse. It is the Client's own: a gate is put there once nothing
+	// refers to it (no head, no queue, no claim on its way).
 	pool sync.Pool
 }
 
@@ -50,8 +56,8 @@ const (
 type gate struct {
 	head   *gateWaiter   // the waiter asking Redis; nil when none
 	queue  []*gateWaiter // the others, in order of arrival
-	streak int           // handoffs in a row since the lock last went through Redis
 	open   bool          // the head's attempts fail: acquisitions do not queue (see trouble)
+	claims int           // handoffs on their way to its waiters (claimed or abandoned)
 	first  gateWaiter    // the first entrant's waiter, in the gate's allocation
 }
 
@@ -59,67 +65,36 @@ type gate struct {
 type gateWaiter struct {
 	g       *gate
 	name    string
-	turn    chan struct{} // closed when it becomes the head (nil for a waiter that entered as the head)
+	phase   waiterPhase   // see gatestate.go
+	turn    chan struct{} // closed when it becomes the head or is let go (nil for one that entered as the head)
 	outcome chan handoff  // the outcome of a handoff to it (capacity 1; a head's is made as it first sleeps)
 	target  handoffTarget // what a handoff to it grants
-	// Under gates.mu: busy says an attempt of the head is under way (no handoff then); pending that a
-	// handoff to it is in flight; abandoned that it gave up meanwhile (the handoff's sender undoes a hold
-	// handed to it).
-	busy, pending, abandoned bool
-	// free says the gate let it go without a turn (see trouble): it acquires as if there were no gate, as
-	// a waiter already (waiting), or from its first attempt.
-	free, waiting bool
 	// hub is the head's place among the hub's waiters for the lock's releases, once it joined or got the
 	// place of the head before it (see exit).
 	hub *waiter
 }
 
 // handoff is what a release told the waiter it tried to hand the lock to: handed (with the hold's fencing
-// token and when the release was sent, from which the hold's expiry counts) or not.
+// token, when the release was sent, from which the hold's expiry counts, and the handoffs in a row that
+// led to it) or not.
 type handoff struct {
-	handed bool
-	token  uint64
-	sentAt time.Time
+	handed   bool
+	token    uint64
+	granted  int64 // Redis's clock (ms) at the grant (see budget.go)
+	sentAt   time.Time
+	handoffs int
 }
 
 // enter puts an acquisition of name in its gate, and returns its waiter once it is the head, with handed
 // false, or once a release handed it the lock (handed true: the waiter has left the gate; its hold is to
 // be recorded). It returns a nil waiter and no error when deadline (zero: none) passes first, and ctx's
-// error, or ErrClosed when stop is closed. The head must call exit once it is done. A waiter with free set
-// was let go without a turn (see trouble): it acquires on its own, and does not call exit.
+// error, or ErrClosed when stop is closed. The head must call exit once it is done. A waiter freed or
+// riding (see gatestate.go) acquires on its own, and does not call exit.
 func (gs *gates) enter(ctx context.Context, name string, t handoffTarget, deadline time.Time, stop <-chan struct{}) (*gateWaiter, handoff, error) {
-	gs.mu.Lock()
-	g := gs.m[name]
-	if g == nil {
-		g, _ = gs.pool.Get().(*gate)
-		if g == nil {
-			g = new(gate)
-		}
-		if gs.m == nil {
-			gs.m = make(map[string]*gate)
-		}
-		gs.m[name] = g
-		g.first = gateWaiter{g: g, name: name, target: t, busy: true}
-		g.head = &g.first
-		gs.mu.Unlock()
-		return g.head, handoff{}, nil
-	}
-	if g.open {
-		gs.mu.Unlock()
-		return &gateWaiter{free: true}, handoff{}, nil
-	}
-	if g.head == nil {
-		// A gate kept for its streak (see forgetIfEmptyLocked), or whose queue waits for a handoff: the
-		// acquisition asks Redis, as the first entrant does.
-		e := &gateWaiter{g: g, name: name, target: t, busy: true}
-		g.head = e
-		gs.mu.Unlock()
+	e, queued := gs.join(name, t)
+	if !queued {
 		return e, handoff{}, nil
 	}
-	e := &gateWaiter{g: g, name: name, turn: make(chan struct{}), outcome: make(chan handoff, 1), target: t}
-	g.queue = append(g.queue, e)
-	gs.mu.Unlock()
-
 	timeout, stopTimer := deadlineTimer(deadline)
 	defer stopTimer()
 	var err error
@@ -140,43 +115,94 @@ func (gs *gates) enter(ctx context.Context, name string, t handoffTarget, deadli
 		}
 		break
 	}
-	if h, handed := gs.leaving(e); handed { // as it gave up: it holds the lock, as after an attempt
+	h, handed, head := gs.leaving(e)
+	switch {
+	case handed: // as it gave up: it holds the lock, as after an attempt
 		return nil, h, nil
-	}
-	gs.mu.Lock()
-	if e.free {
-		// The gate let it go as it gave up (see trouble): it is in the gate no more, which may be forgotten
-		// and reused for another lock already.
-		gs.mu.Unlock()
-		return nil, handoff{}, err
-	}
-	if g.head == e { // it became the head meanwhile: the turn goes on
-		gs.mu.Unlock()
+	case head: // it became the head meanwhile: its turn ends
 		gs.exit(e)
-		return nil, handoff{}, err
 	}
-	g.queue = slices.DeleteFunc(g.queue, func(x *gateWaiter) bool { return x == e })
-	gs.leaveLocked(e)
-	gs.mu.Unlock()
 	return nil, handoff{}, err
 }
 
-// leaving is called by a waiter that gives up while a release may hand it the lock. A handoff on its way
-// is marked abandoned: its sender undoes it. One delivered already is returned (handed true): the waiter
-// holds the lock, and must take it as an attempt's acquisition that it learns of as it gives up.
-func (gs *gates) leaving(e *gateWaiter) (handoff, bool) {
+// join puts an acquisition of name in its gate: as its head (attempting) when the gate has none, freed when
+// the gate is open, else queued (and then reports queued).
+func (gs *gates) join(name string, t handoffTarget) (e *gateWaiter, queued bool) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	if e.pending {
-		e.abandoned = true
-		return handoff{}, false
+	g := gs.m[name]
+	switch {
+	case g == nil:
+		g, _ = gs.pool.Get().(*gate)
+		if g == nil {
+			g = new(gate)
+		}
+		if gs.m == nil {
+			gs.m = make(map[string]*gate)
+		}
+		gs.m[name] = g
+		g.first = gateWaiter{g: g, name: name, target: t, phase: wAttempting}
+		g.head = &g.first
+		return g.head, false
+	case g.open:
+		return &gateWaiter{phase: wFreed}, false
+	case g.head == nil:
+		// A gate whose queue waits for a handoff: the acquisition asks Redis, as the first entrant does.
+		e := &gateWaiter{g: g, name: name, target: t, phase: wAttempting}
+		g.head = e
+		return e, false
 	}
-	select {
-	case h := <-e.outcome:
-		return h, h.handed
-	default:
-		return handoff{}, false
+	e = &gateWaiter{g: g, name: name, turn: make(chan struct{}), outcome: make(chan handoff, 1), target: t}
+	g.queue = append(g.queue, e)
+	gs.queued.Add(1)
+	if t.lock != nil && t.lock.c.holds.held(holdKey{key: name, field: t.field}) {
+		gs.stepLocked(e, gOwnerAcquired) // its owner got the lock meanwhile: it re-enters (see acquiredBy)
 	}
+	return e, e.phase == wQueued
+}
+
+// dequeueLocked takes e out of its gate's queue, if it is there.
+func (gs *gates) dequeueLocked(e *gateWaiter) {
+	g := e.g
+	for i, x := range g.queue {
+		if x == e {
+			g.queue = append(g.queue[:i], g.queue[i+1:]...)
+			gs.queued.Add(-1)
+			return
+		}
+	}
+}
+
+// leaving is called by a waiter that gives up (its ctx ended, its wait ran out, the Client closes). A
+// handoff on its way is marked abandoned: its sender undoes it. One delivered already is returned
+// (handed true): the waiter holds the lock, and must take it as an attempt's acquisition that it learns
+// of as it gives up. head reports that it is its gate's head: it gives its turn up with exit.
+func (gs *gates) leaving(e *gateWaiter) (h handoff, handed, head bool) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	switch e.phase {
+	case wHanded:
+		select {
+		case h = <-e.outcome:
+			return h, true, false
+		default: // taken already
+		}
+	case wQueued, wClaimed:
+		g := e.g
+		gs.stepLocked(e, gGiveUp)
+		gs.forgetIfEmptyLocked(g, e.name)
+	case wAttempting, wSleeping:
+		return handoff{}, false, true
+	}
+	return handoff{}, false, false
+}
+
+// alone reports whether e, returned by enter, acquires on its own, as if there were no gate (freed or
+// riding, see gatestate.go), and whether it does so as a waiter already (riding).
+func (gs *gates) alone(e *gateWaiter) (alone, riding bool) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	return e.phase == wFreed || e.phase == wRiding, e.phase == wRiding
 }
 
 // exit ends the turn of e, the head of its gate: the first waiter in the queue that no handoff is on its
@@ -186,17 +212,18 @@ func (gs *gates) leaving(e *gateWaiter) (handoff, bool) {
 func (gs *gates) exit(e *gateWaiter) {
 	gs.mu.Lock()
 	g := e.g
-	if g.head != e {
+	if e.phase.final() && e.phase != wHanded || g.head != e {
 		gs.mu.Unlock()
 		return
 	}
 	g.head, g.open = nil, false
+	gs.stepLocked(e, gExit)
 	w, next := e.hub, ""
 	e.hub = nil
 	if gs.promoteLocked(g, w) && w != nil {
 		next = g.head.target.owner
 	}
-	gs.leaveLocked(e)
+	gs.forgetIfEmptyLocked(g, e.name)
 	gs.mu.Unlock()
 	switch {
 	case next != "":
@@ -206,30 +233,18 @@ func (gs *gates) exit(e *gateWaiter) {
 	}
 }
 
-// leaveLocked is called once e has left its gate (or never will be in it again). A handoff on its way to
-// it is the sender's to undo (see deliver). A gate that nobody is in any more is forgotten, and reused
-// unless a handoff to its first waiter is still on its way.
-func (gs *gates) leaveLocked(e *gateWaiter) {
-	if e.pending {
-		e.abandoned = true
-	}
-	gs.forgetIfEmptyLocked(e.g, e.name)
-}
-
-// forgetIfEmptyLocked forgets g, name's gate, if nobody is in it and the lock's last holder did not get
-// it from the gate (its release counts in the streak), and reuses it unless a handoff to its first waiter
-// is still on its way (deliver then leaves the gate untouched: its waiter gave up). It puts a gate back in
-// the pool once only, as it takes it out of gs.m: a later call for a gate forgotten already (a waiter
-// leaving late) does nothing. Put twice, one gate would serve two locks at once.
+// forgetIfEmptyLocked forgets g, name's gate, once nobody is in it and no handoff is on its way to one of
+// its waiters, and puts it in the pool for reuse. It does so once only, as it takes g out of gs.m: put
+// twice, one gate would serve two locks at once.
 func (gs *gates) forgetIfEmptyLocked(g *gate, name string) {
-	if g.head != nil || len(g.queue) > 0 || g.streak > 0 || gs.m[name] != g {
+	if g.head != nil || len(g.queue) > 0 || g.claims > 0 || gs.m[name] != g {
 		return
 	}
 	delete(gs.m, name)
-	if !g.first.pending {
-		*g = gate{}
-		gs.pool.Put(g)
-	}
+	p := g.first.phase // final: kept for a late look of its waiter's, until the gate's reuse
+	*g = gate{}
+	g.first.phase = p
+	gs.pool.Put(g)
 }
 
 // promoteLocked makes the first waiter of g's queue that no handoff is on its way to the head, if g has
@@ -238,11 +253,11 @@ func (gs *gates) promoteLocked(g *gate, w *waiter) bool {
 	if g.head != nil {
 		return false
 	}
-	for i, x := range g.queue {
-		if !x.pending {
-			g.queue = slices.Delete(g.queue, i, i+1)
-			x.busy, x.hub = true, w
-			g.head = x
+	for _, x := range g.queue {
+		if x.phase == wQueued {
+			gs.dequeueLocked(x)
+			g.head, x.hub = x, w
+			gs.stepLocked(x, gPromote)
 			close(x.turn)
 			return true
 		}
@@ -255,18 +270,15 @@ func (gs *gates) promoteLocked(g *gate, w *waiter) bool {
 // it gives up waiting (a handoff it gave up on is undone by its sender) when ctx ends (returning its
 // error), stop is closed (ErrClosed), or deadline (zero: none) passes (errWaitOver).
 func (gs *gates) attempting(ctx context.Context, e *gateWaiter, deadline time.Time, stop <-chan struct{}) (handoff, error) {
-	gs.mu.Lock()
-	if !e.pending {
-		e.busy = true
-		gs.mu.Unlock()
+	if !gs.tryAttempt(e) {
 		return handoff{}, nil
 	}
-	gs.mu.Unlock()
 	timeout, stopTimer := deadlineTimer(deadline)
 	defer stopTimer()
 	var err error
 	select {
 	case h := <-e.outcome:
+		gs.heard(e, h)
 		return h, nil
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -277,11 +289,34 @@ func (gs *gates) attempting(ctx context.Context, e *gateWaiter, deadline time.Ti
 	}
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	if e.pending {
-		e.abandoned = true
-		return handoff{}, err
+	if e.phase == wHanded {
+		return <-e.outcome, nil // delivered meanwhile
 	}
-	return <-e.outcome, nil // delivered meanwhile
+	gs.stepLocked(e, gGiveUp)
+	return handoff{}, err
+}
+
+// tryAttempt moves the head e to attempting, and reports false; or, when a handoff to it is on its way,
+// true: it must wait for the handoff's outcome, and tell it to heard.
+func (gs *gates) tryAttempt(e *gateWaiter) (claimed bool) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if e.phase == wClaimed {
+		return true
+	}
+	gs.stepLocked(e, gAttempt)
+	return false
+}
+
+// heard is told the outcome of the handoff the head e waited for before its attempt: not handed, it
+// attempts now, as the head, with no handoff on its way (a release claims only a head that sleeps).
+func (gs *gates) heard(e *gateWaiter, h handoff) {
+	if h.handed {
+		return
+	}
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	gs.stepLocked(e, gAttempt)
 }
 
 // errWaitOver is attempting's error when the acquisition's wait ran out: it returns false, with no error.
@@ -300,13 +335,15 @@ func (gs *gates) trouble(e *gateWaiter, waiting bool) {
 		return
 	}
 	g.open = true
-	for _, x := range g.queue {
-		if !x.pending {
-			x.free, x.waiting = true, waiting
-			close(x.turn)
+	ev := gTrouble
+	if waiting {
+		ev = gTroubleRiding
+	}
+	for _, x := range copyQueue(g.queue) {
+		if x.phase == wQueued {
+			gs.stepLocked(x, ev)
 		}
 	}
-	g.queue = slices.DeleteFunc(g.queue, func(x *gateWaiter) bool { return x.free })
 }
 
 // sleeping is called by the head when it goes to sleep between attempts: a release may hand it the lock,
@@ -317,131 +354,24 @@ func (gs *gates) sleeping(e *gateWaiter) <-chan handoff {
 	if e.outcome == nil {
 		e.outcome = make(chan handoff, 1)
 	}
-	e.busy = false
+	gs.stepLocked(e, gSleep)
 	return e.outcome
 }
 
-// claim picks the waiter of name's gate that a release of the lock hands it to: the first of the queue,
-// else the head if it is between attempts. (The head waits in Redis: the lock comes to it when it goes
-// through Redis, at the latest after maxHandoffs handoffs; a handoff to it would make the next waiter
-// the head, and have it ask Redis to take its place there.) It returns nil when there is none, and nil with yield true when
-// the Client handed the lock over maxHandoffs times in a row: the release is to let the other Clients go
-// first (the streak then begins again). Each release of the lock by one of
-// the Client's owners calls it, so that a release through Redis ends the streak. The caller must deliver
-// the outcome to the waiter it got.
-func (gs *gates) claim(name string) (e *gateWaiter, yield bool) {
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	g := gs.m[name]
-	if g == nil {
-		return nil, false
-	}
-	for _, x := range g.queue {
-		if !x.pending {
-			e = x
-			break
-		}
-	}
-	if h := g.head; e == nil && h != nil && !h.busy && !h.pending {
-		e = h
-	}
-	if e == nil { // released through Redis
-		g.streak = 0
-		gs.forgetIfEmptyLocked(g, name)
-		return nil, false
-	}
-	if g.streak >= maxHandoffs {
-		g.streak = 0
-		return nil, true
-	}
-	e.pending = true
-	return e, false
-}
-
-// yielded is told that a release of name's lock that let the other Clients go first woke nobody by name,
-// and somebody (Redisson's waiters) by the unlock message: the gate's head, which that release did not
-// name, tries yieldFor later. (If Redisson's waiter took the lock, the head learns so and listens for
-// Redisson's release; else it takes the lock.)
-func (gs *gates) yielded(name string) {
-	gs.mu.Lock()
-	g := gs.m[name]
-	gs.mu.Unlock()
-	if g == nil {
+// acquiredBy is told that owner acquired the lock name (by any path): its waiters in the gate's queue,
+// other goroutines of a WithOwner token, leave it and acquire at once, a reentry. No release would come
+// for them while their owner holds the lock.
+func (gs *gates) acquiredBy(name, owner string) {
+	if owner == "" || gs.queued.Load() == 0 {
 		return
 	}
-	time.AfterFunc(yieldFor, func() {
-		gs.mu.Lock()
-		defer gs.mu.Unlock()
-		if gs.m[name] != g { // gone, or reused
-			return
-		}
-		if h := g.head; h != nil && !h.busy && !h.pending && h.outcome != nil {
-			select {
-			case h.outcome <- handoff{}: // not handed: it tries
-			default:
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if g := gs.m[name]; g != nil {
+		for _, x := range copyQueue(g.queue) {
+			if x.phase == wQueued && x.target.owner == owner {
+				gs.stepLocked(x, gOwnerAcquired)
 			}
 		}
-	})
-}
-
-// deliver tells e, claimed for a handoff, its outcome. It reports false when e gave up meanwhile: a hold
-// handed to it is then the caller's to undo. A waiter of the queue that was handed the lock leaves the
-// gate; one that was not waits on, as the head if the gate has none.
-func (gs *gates) deliver(e *gateWaiter, h handoff) bool {
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	e.pending = false
-	g := e.g
-	if e.abandoned {
-		return false
 	}
-	if h.handed {
-		g.streak++
-	}
-	select {
-	case <-e.outcome: // a nudge the head has not taken (see yielded): this outcome says more
-	default:
-	}
-	e.outcome <- h
-	if g.head != e {
-		if h.handed {
-			g.queue = slices.DeleteFunc(g.queue, func(x *gateWaiter) bool { return x == e })
-			gs.forgetIfEmptyLocked(g, e.name)
-		} else {
-			gs.promoteLocked(g, nil)
-		}
-	}
-	return true
-}
-
-// fromRedis is called when the head e got the lock through Redis: the streak of handoffs begins again.
-func (gs *gates) fromRedis(e *gateWaiter) {
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	e.g.streak = 0
-}
-
-// waiters counts the acquisitions in name's gate: its head, if any, and those queued behind it.
-func (gs *gates) waiters(name string) int {
-	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	g := gs.m[name]
-	if g == nil {
-		return 0
-	}
-	n := len(g.queue)
-	if g.head != nil {
-		n++
-	}
-	return n
-}
-
-// deadlineTimer returns a channel that delivers at deadline (nil, never, for a zero deadline), and the
-// function that stops its timer.
-func deadlineTimer(deadline time.Time) (<-chan time.Time, func()) {
-	if deadline.IsZero() {
-		return nil, func() {}
-	}
-	timer := time.NewTimer(time.Until(deadline))
-	return timer.C, func() { timer.Stop() }
 }

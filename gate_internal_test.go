@@ -31,7 +31,7 @@ func behindLocalHolder(t *testing.T, srv *redistest.Server, name string, wctx co
 		c.gates.mu.Lock()
 		defer c.gates.mu.Unlock()
 		gt := c.gates.m[name]
-		return gt != nil && gt.head != nil && !gt.head.busy && g.ran(scriptAcquire) == 3 // A's, and W's two
+		return gt != nil && gt.head != nil && gt.head.phase == wSleeping && g.ran(scriptAcquire) == 3 // A's, and W's two
 	})
 	return c, g, a, got
 }

@@ -364,3 +364,194 @@ func TestYieldingToAListenerThatDoesNotTakeTheLock(t *testing.T) {
 		t.Logf("80 acquisitions in %v", took)
 	}
 }
+
+// A waiter in the gate whose owner gets the lock meanwhile (two goroutines sharing a WithOwner token) does
+// not wait behind the gate's queue for a lock its owner holds: it re-enters at once. (It waited behind the
+// whole queue, and a holder that waits for a sibling goroutine deadlocked.)
+func TestGateWaiterReentersWhenItsOwnerGetsTheLock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	l := c.Lock("sibling")
+	x := relock.WithOwner(ctx, "x")
+	if err := l.Lock(x); err != nil {
+		t.Fatal(err)
+	}
+	// In the gate, in order: the head (owner h), then the shared owner's first goroutine, another owner,
+	// and the shared owner's second goroutine.
+	type result struct {
+		who string
+		err error
+	}
+	done := make(chan result, 4)
+	enter := func(who, owner string, want int) {
+		go func() {
+			oc := relock.WithOwner(ctx, owner)
+			err := l.Lock(oc)
+			done <- result{who, err}
+		}()
+		eventually(t, 5*time.Second, who+" waits in the gate", func() bool { return relock.GateWaiters(c, "sibling") == want })
+	}
+	enter("head", "h", 1)
+	enter("shared-1", "shared", 2)
+	enter("other", "o", 3)
+	enter("shared-2", "shared", 4)
+	// x's release hands the lock to the first of the queue: the shared owner's first goroutine.
+	if err := l.Unlock(x); err != nil {
+		t.Fatal(err)
+	}
+	shared := relock.WithOwner(ctx, "shared")
+	for range 2 {
+		select {
+		case r := <-done:
+			if r.err != nil || r.who != "shared-1" && r.who != "shared-2" {
+				t.Fatalf("%s: %v; want the shared owner's goroutines first", r.who, r.err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("the shared owner's second goroutine still waits, although its owner holds the lock")
+		}
+	}
+	if n, err := l.HoldCount(shared); err != nil || n != 2 {
+		t.Fatalf("the shared owner's hold count = %d, %v; want 2 (a reentry)", n, err)
+	}
+	for range 2 {
+		if err := l.Unlock(shared); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // the others get it in turn
+		r := <-done
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.who, r.err)
+		}
+		if err := l.Unlock(relock.WithOwner(ctx, map[string]string{"head": "h", "other": "o"}[r.who])); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A gate is dropped as soon as nobody is in it, however the chain of handoffs through it ends: by an
+// Unlock whose ctx had ended (a release in the background), by a hold's loss, or by the holder's Client
+// closing. (A gate that had handed the lock over was kept for its streak, and never dropped when the
+// chain ended outside the handoff path: 50 of 50 left.)
+func TestGatesAreDroppedWhenHandoffChainsEnd(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	ends := map[string]func(c *relock.Client, l *relock.RLock, w context.Context){
+		"unlock with an ended ctx": func(_ *relock.Client, l *relock.RLock, w context.Context) {
+			ended, cancel := context.WithCancel(w)
+			cancel()
+			_ = l.Unlock(ended)
+		},
+		"loss": func(_ *relock.Client, l *relock.RLock, w context.Context) {
+			do(t, rdb, "DEL", l.Name())
+			hc, err := l.HoldContext(w)
+			if err == nil {
+				eventually(t, 5*time.Second, "the loss is told", func() bool { return hc.Err() != nil })
+			}
+		},
+	}
+	ends["close"] = func(*relock.Client, *relock.RLock, context.Context) {} // the Client closes after the chains
+	for how, end := range ends {
+		c := newClient(t, srv, nil)
+		ctx := ctxTimeout(t, 30*time.Second)
+		for i := range 50 {
+			l := c.Lock(fmt.Sprintf("chain-%s-%d", how, i))
+			a, w := relock.WithOwner(ctx, "a"), relock.WithOwner(ctx, "w")
+			if err := l.Lock(a); err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() { got <- l.Lock(w) }()
+			eventually(t, 5*time.Second, "w waits in the gate", func() bool { return relock.GateWaiters(c, l.Name()) == 1 })
+			if err := l.Unlock(a); err != nil { // handed to w
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+			end(c, l, w)
+		}
+		if how == "close" {
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, 5*time.Second, how+": every gate dropped", func() bool { return relock.Gates(c) == 0 },
+			func() string { return fmt.Sprint(relock.Gates(c), " gates left") })
+	}
+}
+
+// A Redisson client's waiter gets the lock within the bound docs/redisson.md gives (no more than 36 relock
+// holds in a row: an offer at least every 9 holds of a relock Client, a few of them missed), however many
+// relock Clients hand a busy lock over among their own waiters: each Client's yield gives Redisson's waiters a head start that no relock waiter cuts short.
+// (Once a relock Client's waiter had heard the lock's channel it took the unlock message meant for
+// Redisson's waiters, and two relock Clients yielding to each other named each other's waiters first:
+// 99 to 234 relock holds in a row.)
+func TestRedissonWaiterGetsItsTurnBetweenBusyClients(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	clients := []*relock.Client{newClient(t, srv, nil), newClient(t, srv, nil)}
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const name = "shared-by-three"
+	run, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	var mu sync.Mutex
+	var inRow, longest, relockN, redissonN int
+	enter := func(redisson bool) {
+		mu.Lock()
+		if redisson {
+			redissonN++
+			longest = max(longest, inRow)
+			inRow = 0
+		} else {
+			relockN++
+			inRow++
+		}
+		mu.Unlock()
+		time.Sleep(300 * time.Microsecond)
+	}
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				owner := relock.WithOwner(ctx, fmt.Sprint("c", i, "g", g))
+				l := c.Lock(name)
+				for run.Err() == nil {
+					if err := l.Lock(owner); err != nil {
+						t.Error(err)
+						return
+					}
+					enter(false)
+					if err := l.Unlock(owner); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		redissonTakesTurns(t, run, rdb, srv, name, func() { enter(true) })
+	}()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	longest = max(longest, inRow)
+	t.Logf("relock holds %d, Redisson's %d; longest run of relock holds %d", relockN, redissonN, longest)
+	// A chance every 9 holds; a Redisson waiter on a loaded machine may miss a few of them.
+	if bound := 4 * (maxHandoffsInRow + 1); longest > bound || redissonN < relockN/(bound*2) {
+		t.Fatalf("the Redisson waiter waited through %d relock holds in a row (and had %d of %d holds); want at most %d",
+			longest, redissonN, relockN+redissonN, bound)
+	}
+}
+
+// maxHandoffsInRow is how many times a Client hands a lock over in a row (see gates).
+const maxHandoffsInRow = 8

@@ -73,8 +73,9 @@ func (l *RLock) GuardedEval(ctx context.Context, script string, keys, args []str
 // advanced in the same script run as cmds. It is for data outside the lock's hash slot (on a cluster,
 // another node), where a hold cannot be checked atomically with the write: the resource itself rejects a
 // stale holder, as fencing means (see WithFencing). cmds and fence must share a hash slot (on a cluster,
-// name the fence after the data: "{order:42}:fence" for "{order:42}:data"). The lock must be fenced
-// (ErrNotFenced otherwise), and every writer of the resource must write through the fence.
+// name the fence after the data: "{order:42}:fence" for "{order:42}:data"). The lock must be fenced, and
+// the hold acquired through a fenced lock (ErrNotFenced otherwise, with nothing sent: a hold taken
+// without WithFencing has no token), and every writer of the resource must write through the fence.
 //
 // It returns the commands' replies; ErrStaleToken, with nothing written, when a higher token wrote through
 // the fence already; ErrNotHeld, without a round trip, when the owner does not hold the lock as far as the
@@ -87,6 +88,9 @@ func (l *RLock) FencedWrite(ctx context.Context, fence string, cmds ...rueidis.C
 	}
 	if !l.fenced {
 		return nil, l.fail(ctx, "fencedwrite", ErrNotFenced)
+	}
+	if g.token == "0" { // taken through an unfenced lock of the name: a token of 0 would fence nothing
+		return nil, l.fail(ctx, "fencedwrite", errorf("%w: the hold was acquired without WithFencing, and has no token", ErrNotFenced))
 	}
 	if fence == "" {
 		return nil, l.fail(ctx, "fencedwrite", errorf("%w: the fence key is empty", ErrInvalidName))

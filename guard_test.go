@@ -228,3 +228,28 @@ func TestGuardedWriteRefusals(t *testing.T) {
 		t.Fatalf("GuardedWrite() = %v, %v; want no replies, no error", replies, err)
 	}
 }
+
+// A hold acquired without fencing has no token (0): FencedWrite through a fenced lock object of the same
+// name refuses it with ErrNotFenced, running nothing, rather than write with a token that fences nothing.
+func TestFencedWriteRefusesAnUnfencedHold(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	const fence, data = "{unfenced:1}:fence", "{unfenced:1}:data"
+	if err := c.Lock("unfenced-hold").Lock(ctx); err != nil { // no fencing: token 0
+		t.Fatal(err)
+	}
+	before := commandCalls(t, rdb)
+	fl := c.Lock("unfenced-hold", relock.WithFencing())
+	if _, err := fl.FencedWrite(ctx, fence, rdb.B().Set().Key(data).Value("x").Build()); !errors.Is(err, relock.ErrNotFenced) {
+		t.Fatalf("FencedWrite of a hold acquired without fencing = %v; want ErrNotFenced", err)
+	}
+	if after := commandCalls(t, rdb); after["evalsha"]+after["eval"] != before["evalsha"]+before["eval"] {
+		t.Fatal("the refused FencedWrite ran a script")
+	}
+	if n, _ := do(t, rdb, "EXISTS", data, fence).AsInt64(); n != 0 {
+		t.Fatalf("the refused FencedWrite wrote %d keys", n)
+	}
+}

@@ -22,14 +22,14 @@ type handoffTarget struct {
 }
 
 // take records the hold a release handed to t's owner, as a successful attempt does. The release took the
-// owner's attempt turn for the handoff (see handOff); take ends it.
+// owner's turn for the handoff (see handOff); take ends it.
 func (t *handoffTarget) take(ctx context.Context, h handoff) (bool, error) {
 	l := t.lock
 	k := holdKey{key: l.name, field: t.field}
-	defer l.c.holds.endAttempt(k)
+	defer l.c.holds.endTurn(k)
 	if !l.c.holds.acquired(k, acquisition{
 		kind: l.kind, name: l.name, count: 1, lease: t.lease, ttl: t.ttl, budget: l.maxHold, sentAt: h.sentAt,
-		renew: l.spec.renewal(k.field), token: h.token, parent: t.parent,
+		renew: l.spec.renewal(k.field), token: h.token, granted: h.granted, parent: t.parent, handoffs: h.handoffs,
 		traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,
 	}) {
 		return false, ErrClosed // Close began meanwhile: the hold is being given up
@@ -37,15 +37,103 @@ func (t *handoffTarget) take(ctx context.Context, h handoff) (bool, error) {
 	return true, nil
 }
 
+// claim picks the waiter of name's gate that a release of the lock hands it to, and marks it claimed: the
+// first of the queue, else the head if it is between attempts. (The head waits in Redis: the lock comes
+// to it when it goes through Redis, at the latest after maxHandoffs handoffs; a handoff to it would make
+// the next waiter the head, and have it ask Redis to take its place there.) It returns nil when there is
+// none, and nil with yield true when the releasing hold came from streak handoffs in a row, maxHandoffs or
+// more: the release is to let the other Clients go first. The caller must deliver the outcome to the
+// waiter it got.
+func (gs *gates) claim(name string, streak int) (e *gateWaiter, yield bool) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	g := gs.m[name]
+	if g == nil {
+		return nil, false
+	}
+	for _, x := range g.queue {
+		if x.phase == wQueued {
+			e = x
+			break
+		}
+	}
+	if h := g.head; e == nil && h != nil && h.phase == wSleeping {
+		e = h
+	}
+	if e == nil {
+		return nil, false
+	}
+	if streak >= maxHandoffs {
+		return nil, true
+	}
+	gs.stepLocked(e, gClaim)
+	return e, false
+}
+
+// deliver tells e, claimed for a handoff, its outcome. It reports false when e gave up meanwhile: a hold
+// handed to it is then the caller's to undo. A waiter of the queue that was handed the lock leaves the
+// gate; one that was not waits on, as the head if the gate has none; ownerBusy says the handoff was not
+// tried because e's owner was busy on the lock (it holds it, or acquires it): e then acquires on its own,
+// a reentry most likely.
+func (gs *gates) deliver(e *gateWaiter, h handoff, ownerBusy bool) bool {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	g := e.g
+	ev := gNotHanded
+	switch {
+	case h.handed:
+		ev = gHanded
+	case ownerBusy && g.head != e:
+		ev = gOwnerBusy
+	}
+	abandoned := e.phase == wAbandoned
+	gs.stepLocked(e, ev)
+	if !abandoned && ev != gOwnerBusy {
+		select {
+		case <-e.outcome: // a nudge the head has not taken (see yielded): this outcome says more
+		default:
+		}
+		e.outcome <- h
+	}
+	if !h.handed {
+		gs.promoteLocked(g, nil) // the gate may have lost its head while e was claimed
+	}
+	gs.forgetIfEmptyLocked(g, e.name)
+	return !abandoned
+}
+
+// yielded is told that a release of name's lock that let the other Clients go first woke nobody by name,
+// and somebody (Redisson's waiters) by the unlock message: the gate's head, which that release did not
+// name, tries yieldFor later. (If Redisson's waiter took the lock, the head learns so and listens for
+// Redisson's release; else it takes the lock.)
+func (gs *gates) yielded(name string) {
+	time.AfterFunc(yieldFor, func() {
+		gs.mu.Lock()
+		defer gs.mu.Unlock()
+		g := gs.m[name]
+		if g == nil {
+			return
+		}
+		if h := g.head; h != nil && h.phase == wSleeping && h.outcome != nil {
+			select {
+			case h.outcome <- handoff{}: // not handed: it tries
+			default:
+			}
+		}
+	})
+}
+
 // releaseFirst sends an Unlock's release request. When it is the owner's last hold and a waiter of the
 // Client's gate for the lock may have it, the release hands the lock to that waiter (handOff).
 func (l *RLock) releaseFirst(ctx context.Context, k holdKey, call releaseCall) (int64, error) {
-	if l.kind == kindRLock && l.c.holds.count(k) == 1 {
-		switch e, yield := l.c.gates.claim(l.name); {
-		case e != nil:
-			return l.handOff(ctx, call, e)
-		case yield:
-			return l.releaseYielding(ctx, call)
+	if l.kind == kindRLock {
+		if count, streak := l.c.holds.handoffs(k); count == 1 {
+			switch e, yield := l.c.gates.claim(l.name, streak); {
+			case e != nil:
+				return l.handOff(ctx, call, e, streak)
+			case yield:
+				return l.releaseYielding(ctx, call)
+			}
 		}
 	}
 	return l.release(ctx, call)
@@ -65,7 +153,7 @@ func (l *RLock) releaseYielding(ctx context.Context, call releaseCall) (int64, e
 	if err != nil {
 		return 0, err
 	}
-	if r[0] == 0 && r[2] == 2 {
+	if r[0] == 0 && r[2] >= 2 { // somebody heard Redisson's unlock message: the gate's head waits its head start
 		l.c.gates.yielded(l.name)
 	}
 	return r[0], nil
@@ -88,16 +176,16 @@ func (l *RLock) withPublish(ctx context.Context, call releaseCall) (releaseCall,
 // remaining hold count (0 when the lock was handed over or released), or -1 when it held nothing. A
 // handoff whose reply is lost is undone as an attempt of e's owner is (it hands nothing if it arrives after
 // the undo, and its hold is released if it had arrived), and e tries again.
-func (l *RLock) handOff(ctx context.Context, call releaseCall, e *gateWaiter) (int64, error) {
+func (l *RLock) handOff(ctx context.Context, call releaseCall, e *gateWaiter, streak int) (int64, error) {
 	t := e.target // a copy: e may be reused once told
 	next := holdKey{key: l.name, field: t.field}
-	if !l.c.holds.tryBeginAttempt(next) { // the next owner is busy on the lock already
-		l.c.gates.deliver(e, handoff{})
+	if !l.c.holds.tryBeginTurn(next) { // the next owner is busy on the lock already
+		l.c.gates.deliver(e, handoff{}, true)
 		return l.release(ctx, call)
 	}
 	notHanded := func() {
-		l.c.holds.endAttempt(next)
-		l.c.gates.deliver(e, handoff{})
+		l.c.holds.endTurn(next)
+		l.c.gates.deliver(e, handoff{}, false)
 	}
 	call, err := l.withPublish(ctx, call)
 	if err != nil {
@@ -108,7 +196,7 @@ func (l *RLock) handOff(ctx context.Context, call releaseCall, e *gateWaiter) (i
 	counter := t.lock.spec.(*rlockSpec).counter()
 	sentAt := time.Now()
 	r, err := l.c.scripts.runInts(ctx, l.spec.(*rlockSpec).handoff(call, t.field, attempt, t.ttlArg, counter, l.c.id))
-	if err == nil && len(r) != 3 {
+	if err == nil && len(r) != 3 && len(r) != 4 { // 4: a handoff, with Redis's clock at the grant
 		err = errUnexpectedReply
 	}
 	switch {
@@ -119,10 +207,10 @@ func (l *RLock) handOff(ctx context.Context, call releaseCall, e *gateWaiter) (i
 		notHanded()
 		return 0, err
 	case r[1] == 1:
-		if !l.c.gates.deliver(e, handoff{handed: true, token: uint64(r[2]), sentAt: sentAt}) {
+		if !l.c.gates.deliver(e, handoff{handed: true, token: uint64(r[2]), granted: r[3], sentAt: sentAt, handoffs: streak + 1}, false) {
 			// e gave up meanwhile: release the hold it was handed.
 			t.lock.undoAcquire(next, t.ttl, attempt)
-			l.c.holds.endAttempt(next)
+			l.c.holds.endTurn(next)
 		}
 		return 0, nil
 	}

@@ -112,7 +112,7 @@ func (g *gatedRunner) runInts(ctx context.Context, call scriptCall) ([]int64, er
 	return r, err
 }
 
-func (g *gatedRunner) runAcquire(ctx context.Context, call scriptCall) ([3]int64, error) {
+func (g *gatedRunner) runAcquire(ctx context.Context, call scriptCall) ([4]int64, error) {
 	g.at(call, false)
 	reply, err := g.runner.runAcquire(ctx, call)
 	g.at(call, true)

@@ -25,6 +25,9 @@ func (w *holdTable) groupLocked(h *hold, g holdKey) {
 
 // ungroupLocked removes h from its group, if it is in one.
 func (w *holdTable) ungroupLocked(h *hold) {
+	if h.group == (holdKey{}) {
+		return
+	}
 	ks := w.groups[h.group]
 	i := slices.Index(ks, h.key)
 	if i < 0 {
@@ -35,6 +38,26 @@ func (w *holdTable) ungroupLocked(h *hold) {
 	} else {
 		w.groups[h.group] = ks
 	}
+}
+
+// inGroupLocked reports whether h is in its group.
+func (w *holdTable) inGroupLocked(h *hold) bool {
+	return h.group != (holdKey{}) && slices.Contains(w.groups[h.group], h.key)
+}
+
+// regroupLocked puts h back in its group, in the order of acquisition, unless it is there.
+func (w *holdTable) regroupLocked(h *hold) {
+	if h.group == (holdKey{}) || w.inGroupLocked(h) {
+		return
+	}
+	ks := w.groups[h.group]
+	i, _ := slices.BinarySearchFunc(ks, h.acquiredAt, func(k holdKey, t time.Time) int {
+		return w.holds[k].acquiredAt.Compare(t)
+	})
+	if w.groups == nil {
+		w.groups = make(map[holdKey][]holdKey)
+	}
+	w.groups[h.group] = slices.Insert(ks, i, h.key)
 }
 
 // takeFromGroup takes the n oldest held holds of group g out of it, for their owner to release, and
@@ -56,49 +79,27 @@ func (w *holdTable) takeFromGroup(g holdKey, n int) ([]holdKey, int) {
 	if len(taken) < n {
 		return nil, len(taken)
 	}
+	var out stepped // a release sent ends nothing
 	for _, k := range taken {
-		h := w.holds[k]
-		w.ungroupLocked(h)
-		h.releases++
+		w.stepLocked(w.holds[k], holdEvent{ev: evReleaseSent, now: now}, &out)
 	}
 	return taken, n
 }
 
 // takeOne takes the hold k out of its group, for release through its handle, as a release under way.
-func (w *holdTable) takeOne(k holdKey) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if h := w.holds[k]; h != nil && !h.ended {
-		w.ungroupLocked(h)
-		h.releases++
-	}
-}
+func (w *holdTable) takeOne(k holdKey) { w.releasing(k) }
 
 // regroup records that the releases of ks, taken out of their group, did not run: each goes back, in its
 // original order, unless it ended meanwhile or another release of it is still under way; and one that
-// Redis said meanwhile was gone (see hold.gone) was lost.
+// Redis said meanwhile was gone was lost.
 func (w *holdTable) regroup(ks []holdKey) {
+	var out stepped
 	w.mu.Lock()
-	var ended []ending
 	for _, k := range ks {
-		h := w.holds[k]
-		if h == nil || h.ended || h.releaseSettledLocked() {
-			continue
-		}
-		if ended = append(ended, w.lostIfGoneLocked(h)); h.ended {
-			continue
-		}
-		if h.group == (holdKey{}) || slices.Contains(w.groups[h.group], k) {
-			continue
-		}
-		ks := w.groups[h.group]
-		i, _ := slices.BinarySearchFunc(ks, h.acquiredAt, func(k holdKey, t time.Time) int {
-			return w.holds[k].acquiredAt.Compare(t)
-		})
-		w.groups[h.group] = slices.Insert(ks, i, k)
+		w.stepLocked(w.holds[k], holdEvent{ev: evReleaseCancelled}, &out)
 	}
 	w.mu.Unlock()
-	reportAll(w.c.tel, ended)
+	out.finish(w.c.tel)
 }
 
 // groupSize returns how many holds of group g are held (see hold.heldLocked).

@@ -1,13 +1,11 @@
 package relock
 
 import (
-	"container/heap"
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -20,8 +18,9 @@ type holdKey struct {
 	field string // the owner field
 }
 
-// acquisition is what a lock type reports to the watchdog when an acquisition succeeds.
+// acquisition is what a lock type reports to the hold table when an acquisition succeeds.
 type acquisition struct {
+	key    holdKey
 	kind   lockKind
 	name   string
 	count  int64           // the hold count Redis returned
@@ -35,47 +34,44 @@ type acquisition struct {
 	traced bool            // the acquisition's span records: give the hold one too
 	group  holdKey         // the hold group the hold joins (see holdgroups.go); zero: none
 	giver  giver           // how Close gives the hold up; nil: it cannot (a test's)
+	// once says the lock's owners hold it once at most (an Election's): an acquisition again by its holder
+	// keeps its count and token, so only a new token tells a first hold (see acquisition.first).
+	once bool
+	// handoffs counts the handoffs in a row that led to this hold (see gates): 0 for one from Redis.
+	handoffs int
 	// keepAlive marks an entry that is not a hold but something a waiter keeps alive the same way (a fair
 	// lock's queue entry): renewed like a hold, but without contexts, spans or metrics.
 	keepAlive bool
+	// granted is Redis's clock (ms) when it granted the acquisition, 0 if unknown (see budget.go).
+	granted int64
 }
 
-// hold is what the Client knows of one owner's hold on one lock. Every field is guarded by holdTable.mu.
+// hold is what the Client knows of one owner's hold on one lock: a record of the machine of holdstate.go,
+// whose state (phase, renewing, releases, mode, count, expiry) only holdTable.stepLocked changes. Every
+// field is guarded by holdTable.mu.
 type hold struct {
 	key        holdKey
 	kind       lockKind
 	name       string
+	phase      holdPhase
+	renewing   renewPhase
+	mode       holdMode
+	releases   int // the releases of it by its owner under way (phase releasing or doubted)
 	count      int64
+	token      uint64
+	handoffs   int           // see acquisition.handoffs
 	renew      renewal       // how to renew the hold, or, for a lease hold, check that it is still there
-	renews     bool          // the watchdog extends the hold (an acquisition without a lease); else it only checks it
 	expiresAt  time.Time     // Redis drops the hold at this time or later, unless it is renewed
 	ttl        time.Duration // the longest lease (or watchdog timeout) its acquisitions asked for
 	next       time.Time     // when the watchdog next acts: a renewal falls due, or the lease ends
 	index      int           // position in the watchdog's queue; -1 when not queued
-	inflight   bool          // a renewal of it is under way
-	checkAgain bool          // the watch saw it gone while a renewal was under way: renew it again at once
-	token      uint64
-	acquiredAt time.Time // zero for a placeholder made by settle
+	acquiredAt time.Time
 	firstSent  time.Time // when the first acquisition was sent: a budget counts from it
 	budgetAt   time.Time // when the hold's budget (WithMaxHold) ends it; zero: never
+	granted    int64     // Redis's clock (ms) at the first acquisition's grant, 0 if unknown: the budget ends on it too (budget.go)
 	renewals   int
-	ended      bool
-	keepAlive  bool    // see acquisition.keepAlive
 	group      holdKey // the hold's group, if it has one (see holdgroups.go)
-	// releases counts the releases of the hold by its owner that are under way (see releasing). While there
-	// are any, a reply that the hold is not in Redis (a renewal's, or another of these releases') is no
-	// loss by itself: one of them may have removed it. gone records such a reply: if none of them turns
-	// out to have released the hold, it was lost.
-	releases int
-	gone     bool
-	giver    giver // see acquisition.giver
-	// settling is closed when the undo of an acquisition whose reply was lost, or the completion of an
-	// unlock whose reply was lost, is over. Until then the owner's next operation on this hold waits, so
-	// the undo or completion sees counts nobody else is changing; but only until one of the settling's
-	// attempts fails (Redis unreachable): see holdTable.prepare. settleFailed is closed (and replaced) at
-	// each failure, with its error.
-	settling     chan struct{}
-	settleFailed *failure
+	giver      giver   // see acquisition.giver
 	// ctx ends, with the hold's end as cause, when the hold ends; made by the first holdContext call.
 	// derived memoizes, by parent, the contexts holdContext derived from it for a parent that can end, so
 	// that calling holdContext again and again with one parent costs no memory.
@@ -97,11 +93,11 @@ type hold struct {
 	riskTimer   *time.Timer
 }
 
-// heldLocked reports whether h is a hold its owner has at now: a hold (not a queue entry) with a count,
-// not ended, and not past its expiry. A hold past its expiry is gone from Redis even before the watchdog,
+// heldLocked reports whether h is a hold its owner has at now: a hold (not a queue entry) that has not
+// ended, and is not past its expiry. A hold past its expiry is gone from Redis even before the watchdog,
 // which may run late on a loaded machine, has ended it.
 func (h *hold) heldLocked(now time.Time) bool {
-	return h != nil && h.count > 0 && !h.ended && !h.keepAlive && now.Before(h.expiresAt)
+	return h != nil && h.phase != phaseEnded && h.mode != entryMode && now.Before(h.expiresAt)
 }
 
 // holdTable is the Client's table of its owners' holds: the truth behind HoldContext (holdcontext.go),
@@ -109,7 +105,7 @@ func (h *hold) heldLocked(now time.Time) bool {
 // watchdog (watchdog.go), one goroutine, keeps the holds alive: holds without a lease are renewed every
 // timeout/3, in batches, for as long as they are held, and holds with one are checked as often. A hold that
 // Redis no longer has, that could not be renewed before it expired, or whose lease ran out is lost: its
-// context is cancelled with a cause wrapping ErrLockLost.
+// context is cancelled with a cause wrapping ErrLockLost. How a hold's state changes: holdstate.go.
 type holdTable struct {
 	c       *Client
 	timeout time.Duration
@@ -117,9 +113,9 @@ type holdTable struct {
 	mu     sync.Mutex
 	holds  map[holdKey]*hold
 	groups map[holdKey][]holdKey // see holdgroups.go
-	// attempting holds, for each owner and lock with an acquisition attempt in flight, a channel closed
-	// when its outcome is known (see beginAttempt).
-	attempting map[holdKey]chan struct{}
+	// turns and settlings: see settle.go.
+	turns     map[holdKey]chan struct{}
+	settlings map[holdKey][]*settling
 	// queued counts, for each owner's entry in a wait queue (waitQueue.entryKey), the owner's acquisitions
 	// waiting in it: the goroutines of one WithOwner token share the entry (see waitQueue.joined).
 	queued  map[holdKey]*queuedOwner
@@ -135,182 +131,94 @@ type holdTable struct {
 
 func newHoldTable(c *Client, timeout time.Duration) *holdTable {
 	return &holdTable{
-		c:          c,
-		timeout:    timeout,
-		holds:      make(map[holdKey]*hold),
-		attempting: make(map[holdKey]chan struct{}),
-		queued:     make(map[holdKey]*queuedOwner),
-		wake:       make(chan struct{}, 1),
-		stopped:    make(chan struct{}),
+		c:         c,
+		timeout:   timeout,
+		holds:     make(map[holdKey]*hold),
+		turns:     make(map[holdKey]chan struct{}),
+		settlings: make(map[holdKey][]*settling),
+		queued:    make(map[holdKey]*queuedOwner),
+		wake:      make(chan struct{}, 1),
+		stopped:   make(chan struct{}),
 	}
+}
+
+// step applies ev to the record of k, and reports what ended once the table is unlocked.
+func (w *holdTable) step(k holdKey, ev holdEvent) {
+	var out stepped
+	w.mu.Lock()
+	w.stepLocked(w.holds[k], ev, &out)
+	w.mu.Unlock()
+	out.finish(w.c.tel)
 }
 
 // acquired records a successful acquisition, first or reentrant, and schedules what the hold needs. Once
 // Close has begun it records nothing: it gives the hold up in the background, and reports false.
 func (w *holdTable) acquired(k holdKey, a acquisition) bool {
+	a.key = k
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.closed {
+		w.mu.Unlock()
 		if a.giver != nil {
-			ttl := a.lease
-			if ttl == 0 {
-				ttl = w.timeout
-			}
-			r := relinquishment{k: k, giver: a.giver, deadline: a.sentAt.Add(ttl)}
+			r := relinquishment{k: k, giver: a.giver, deadline: a.sentAt.Add(cmp(a.lease, w.timeout))}
 			w.c.goBackground(func(life context.Context) { _ = r.run(life) })
 		}
 		return false
 	}
-	h := w.holds[k]
-	if h == nil {
-		h = &hold{key: k, index: -1}
-		w.holds[k] = h
-	}
-	if h.acquiredAt.IsZero() { // a first acquisition (or a placeholder being filled in)
-		h.kind, h.name, h.acquiredAt, h.keepAlive, h.giver = a.kind, a.name, time.Now(), a.keepAlive, a.giver
-		h.firstSent = a.sentAt
-		h.span = noSpan
-		if a.group != (holdKey{}) {
-			w.groupLocked(h, a.group)
-		}
-		if a.traced && !a.keepAlive { // no hold span where the acquisition was not traced (no SDK, or not sampled)
-			h.span = w.c.tel.startHold(a.parent, a.kind, a.name)
-		}
-		switch {
-		case a.keepAlive:
-		case a.kind <= kindWrite: // a lock's hold: a field of a hash (see holdWatch)
-			w.c.watch.add(k, false)
-		case a.kind == kindSemaphore && a.renew.script == scriptPermitRenew: // a permit: a sorted set's member
-			w.c.watch.add(k, true)
-		}
-	}
-	h.count = a.count
-	if a.token != 0 {
-		h.token = a.token
-	}
-	h.renew = a.renew
-	if a.budget > 0 {
-		if at := h.firstSent.Add(a.budget); h.budgetAt.IsZero() || at.Before(h.budgetAt) {
-			h.budgetAt = at
-		}
-	}
-	ttl := a.lease
-	if a.lease == 0 {
-		h.renews = true
-		ttl = w.timeout
-	}
-	h.ttl = max(h.ttl, ttl)
-	if a.ttl > 0 {
-		ttl = a.ttl
-	}
-	if expires := a.sentAt.Add(ttl); expires.After(h.expiresAt) {
-		h.expiresAt = expires
-		h.confirmedLocked(a.sentAt) // the acquisition extended the hold: a renewal's earlier failure is over
-	}
-	w.refreshRiskLocked(h, time.Now())
-	w.scheduleLocked(h, a.sentAt)
+	var out stepped
+	w.stepLocked(w.holds[k], holdEvent{ev: evAcquired, a: a}, &out)
+	w.mu.Unlock()
+	out.finish(w.c.tel)
 	return true
 }
 
 // releasing records that the owner is sending a release of k. Its outcome is then recorded by released,
 // notHeld or releaseUnanswered, exactly one of them. (Releases through a hold group count themselves:
 // see takeFromGroup, takeOne.)
-func (w *holdTable) releasing(k holdKey) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if h := w.holds[k]; h != nil && !h.ended {
-		h.releases++
-	}
-}
+func (w *holdTable) releasing(k holdKey) { w.step(k, holdEvent{ev: evReleaseSent}) }
 
-// releaseSettledLocked counts one release of h as over, and reports whether others are still under way.
-func (h *hold) releaseSettledLocked() (others bool) {
-	if h.releases > 0 {
-		h.releases--
-	}
-	return h.releases > 0
-}
-
-// released records the hold count Redis returned for an unlock (or 0 for a release whose outcome is left
-// to the background); at zero the hold ends, released: whatever else said it was gone, its owner's release
-// is what ended it.
+// released records the hold count Redis returned for a release (0 for a release whose outcome is left to
+// the background); at zero the hold ends, released.
 func (w *holdTable) released(k holdKey, left int64) {
-	w.mu.Lock()
-	h := w.holds[k]
-	if h == nil {
-		w.mu.Unlock()
-		return
-	}
-	h.releaseSettledLocked()
-	h.count = left
-	var e ending
-	switch {
-	case left <= 0 && h.settling == nil:
-		e = w.endLocked(h, context.Canceled)
-	case left > 0 && h.gone: // Redis still has the hold after all
-		h.gone = false
-		w.requeueLocked(h, time.Now())
-	default:
-		e = w.lostIfGoneLocked(h)
-	}
-	w.mu.Unlock()
-	e.report(w.c.tel)
+	w.step(k, holdEvent{ev: evReleased, n: left})
 }
 
 // notHeld records that Redis says the owner does not hold the lock, in reply to a release: a hold this
 // Client believed in was lost without the watchdog noticing yet, unless another release of it by its owner
 // is under way, which may be what removed it: then that one's outcome decides.
-func (w *holdTable) notHeld(k holdKey) {
-	w.mu.Lock()
-	var e ending
-	if h := w.holds[k]; h != nil {
-		h.releaseSettledLocked()
-		h.gone = true
-		e = w.lostIfGoneLocked(h)
-	}
-	w.mu.Unlock()
-	e.report(w.c.tel)
-}
+func (w *holdTable) notHeld(k holdKey) { w.step(k, holdEvent{ev: evReleaseNotHeld}) }
 
 // releaseUnanswered records that a release of k by its owner got no reply that tells the hold's fate: it
-// did not run, or its outcome is being learnt in the background. If Redis said meanwhile that the hold is
-// gone, and no other release of it is under way, it was lost.
-func (w *holdTable) releaseUnanswered(k holdKey) {
+// did not run, or its outcome is being learnt in the background.
+func (w *holdTable) releaseUnanswered(k holdKey) { w.step(k, holdEvent{ev: evReleaseUnanswered}) }
+
+// entryLeft records that the wait queue entry k is gone: its owner's acquisition removed it.
+func (w *holdTable) entryLeft(k holdKey) { w.step(k, holdEvent{ev: evEntryLeft}) }
+
+// watchedHolds returns the holds of keys that the table has, each with its hold (see holdWatch).
+func (w *holdTable) watchedHolds(keys []holdKey) []watched {
 	w.mu.Lock()
-	var e ending
-	if h := w.holds[k]; h != nil {
-		h.releaseSettledLocked()
-		e = w.lostIfGoneLocked(h)
+	defer w.mu.Unlock()
+	out := make([]watched, 0, len(keys))
+	for _, k := range keys {
+		if h := w.holds[k]; h != nil && h.mode != entryMode {
+			out = append(out, watched{k, h})
+		}
+	}
+	return out
+}
+
+// checkNow is told by the watch that Redis may no longer have h: the watchdog renews or checks it at once,
+// and ends it as lost if it is gone, with the cause and the handling of a renewal that finds it gone (a
+// release under way decides; a key of another kind is told). A renewal of it under way was sent before
+// the watch's read: the hold is looked at again once it is back.
+func (w *holdTable) checkNow(h *hold) {
+	var out stepped
+	w.mu.Lock()
+	if w.holds[h.key] == h {
+		w.stepLocked(h, holdEvent{ev: evWatchGone}, &out)
 	}
 	w.mu.Unlock()
-	e.report(w.c.tel)
-}
-
-// lostIfGoneLocked is called when a release of h by its owner is over without ending h. If Redis said
-// meanwhile that h is gone (hold.gone) and no other release of it is under way, none of them removed it:
-// it was lost, and ends now; or, while an operation of its owner settles, the watchdog looks again at once
-// (it left the watchdog's queue when the reply came).
-func (w *holdTable) lostIfGoneLocked(h *hold) ending {
-	if h.ended || h.releases > 0 || !h.gone {
-		return ending{}
-	}
-	if h.settling == nil {
-		return w.endLocked(h, errHoldGone)
-	}
-	h.gone = false
-	w.requeueLocked(h, time.Now())
-	return ending{}
-}
-
-// requeueLocked puts h, out of the watchdog's queue although held, back in it, due now. A placeholder
-// (settle.go) is not a hold to renew.
-func (w *holdTable) requeueLocked(h *hold, now time.Time) {
-	if h.ended || h.index >= 0 || h.inflight || h.acquiredAt.IsZero() {
-		return
-	}
-	h.next = now
-	heap.Push(&w.queue, h)
-	w.wakeLocked()
+	out.finish(w.c.tel)
 }
 
 // token returns the fencing token of the hold k, if it is held and fenced.
@@ -335,13 +243,14 @@ func (w *holdTable) expiry(k holdKey) (time.Time, time.Duration, bool) {
 
 // capTTL returns ttl, the time to live an acquisition of k would give the hold in Redis, capped so that it
 // does not outlive the hold's budget: the budget of the hold k if it is held, and budget (WithMaxHold's,
-// 0: none), counted from the hold's first acquisition if it is held, else from now. It returns
+// 0: none), counted from the hold's first acquisition if it is held, else from now. It returns too when
+// the held hold's budget ends on Redis's clock (ms; 0: no budget, or not known, see budget.go), and
 // ErrMaxHoldReached when a held hold's budget has run out (the watchdog is about to end it).
-func (w *holdTable) capTTL(k holdKey, budget, ttl time.Duration) (time.Duration, error) {
+func (w *holdTable) capTTL(k holdKey, budget, ttl time.Duration) (time.Duration, int64, error) {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	at := time.Time{}
+	at, end := time.Time{}, int64(0)
 	if h := w.holds[k]; h.heldLocked(now) {
 		at = h.budgetAt
 		if budget > 0 {
@@ -349,17 +258,28 @@ func (w *holdTable) capTTL(k holdKey, budget, ttl time.Duration) (time.Duration,
 				at = b
 			}
 		}
+		end = h.budgetEndLocked(at)
 	} else if budget > 0 {
 		at = now.Add(budget)
 	}
 	if at.IsZero() {
-		return ttl, nil
+		return ttl, 0, nil
 	}
 	left := at.Sub(now).Truncate(time.Millisecond) // Redis counts whole milliseconds: never past the budget
 	if left <= 0 {
-		return 0, ErrMaxHoldReached
+		return 0, 0, ErrMaxHoldReached
 	}
-	return min(ttl, left), nil
+	return min(ttl, left), end, nil
+}
+
+// handoffs returns the hold count known for k, and the handoffs in a row that led to its hold (see gates).
+func (w *holdTable) handoffs(k holdKey) (count int64, streak int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.holds[k]; h != nil {
+		return h.count, h.handoffs
+	}
+	return 0, 0
 }
 
 // held reports whether k is held (see hold.heldLocked).
@@ -384,103 +304,70 @@ func (w *holdTable) heldByKind() (n [numKinds]int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, h := range w.holds {
-		if h.count > 0 && !h.ended && !h.keepAlive {
+		if h.mode != entryMode {
 			n[h.kind]++
 		}
 	}
 	return n
 }
 
-// ending is a hold that ended, to be reported once holdTable.mu is released: cancelling its context and
-// ending its span call out of relock.
-type ending struct {
-	h       *hold
-	cause   error
-	held    time.Duration
-	derived []context.CancelCauseFunc // the hold's derived contexts, to end with it
+// holdEvent is one event of a hold, with what it carries.
+type holdEvent struct {
+	ev     holdEv
+	a      acquisition   // evAcquired
+	n      int64         // evReleased: the count left; evSettled: the count (< 0: unknown); evRenewOtherKind: the code
+	sentAt time.Time     // evRenewed, evRenewUnanswered, evExtended: when the renewal was sent
+	ttl    time.Duration // evRenewed, evExtended: the time to live it gave (0: the watchdog timeout)
+	cause  error         // evShut
+	now    time.Time
 }
 
-// endLocked removes h from the table and the queue.
-func (w *holdTable) endLocked(h *hold, cause error) ending {
-	if h.ended {
-		return ending{}
-	}
-	h.ended = true
-	if h.riskChanged != nil {
-		close(h.riskChanged)
-		h.riskChanged = nil
-	}
-	if h.riskTimer != nil {
-		h.riskTimer.Stop()
-		h.riskTimer = nil
-	}
-	if w.holds[h.key] == h {
-		delete(w.holds, h.key)
-		w.c.watch.remove(h.key)
-	}
-	if h.group != (holdKey{}) {
-		w.ungroupLocked(h)
-	}
-	if h.index >= 0 {
-		heap.Remove(&w.queue, h.index)
-	}
-	if h.acquiredAt.IsZero() || h.keepAlive {
-		return ending{} // a placeholder (nothing was ever held), or not a hold: nothing to report
-	}
-	e := ending{h: h, cause: cause, held: time.Since(h.acquiredAt)}
-	for _, d := range h.derived {
-		e.derived = append(e.derived, d.cancel)
-	}
-	return e
+// errRetaken ends a hold that Redis had lost when its owner acquired the lock again: Redis made a new
+// hold (a first one, with a new fencing token when fenced), which is no reentry of the old one.
+var errRetaken = fmt.Errorf("%w: Redis no longer had the hold when its owner acquired the lock again", ErrLockLost)
+
+// stepped is what transitions leave to do once the table is unlocked: report the holds that ended (their
+// contexts, spans, metrics), and start the give-ups of holds ended while Redis may still have them. The
+// first ending is kept in place: a release that ends one hold allocates nothing for it.
+type stepped struct {
+	first ending
+	more  []ending
+	gives []func()
 }
 
-// report records the end of the hold in its span and metrics, then cancels its contexts with its cause:
-// whoever sees a hold context end finds the end already recorded.
-func (e ending) report(t *telemetry) {
-	h := e.h
-	if h == nil {
-		return
-	}
-	defer func() {
-		if h.cancel != nil {
-			h.cancel(e.cause)
-		}
-		for _, cancel := range e.derived {
-			cancel(e.cause)
-		}
-	}()
-	ctx := context.Background()
-	t.holdTime.Record(ctx, e.held.Seconds(), t.byKind[h.kind].record...)
-	o := outcomeReleased
-	if errors.Is(e.cause, ErrLockLost) {
-		o = outcomeGone
-		switch e.cause {
-		case errLeaseExpired:
-		case ErrMaxHoldReached:
-			t.maxHold.Add(ctx, 1, t.byKind[h.kind].add...)
-		default:
-			t.losses.Add(ctx, 1, t.byKind[h.kind].add...)
-			t.logLoss(h, e.cause)
-		}
-	}
-	if h.span.IsRecording() {
-		if e.cause == ErrMaxHoldReached {
-			h.span.AddEvent("max hold reached")
-		} else if o == outcomeGone {
-			h.span.AddEvent("lock lost", trace.WithAttributes(AttrCause.String(e.cause.Error())))
-		}
-		attrs := []attribute.KeyValue{AttrHoldMS.Float64(millis(e.held)), AttrRenewals.Int(h.renewals)}
-		if h.token != 0 {
-			attrs = append(attrs, AttrFencing.Int64(int64(h.token)))
-		}
-		endSpan(h.span, o, nil, attrs...)
-	} else {
-		h.span.End()
+func (s *stepped) add(e ending) {
+	switch {
+	case e.h == nil:
+	case s.first.h == nil:
+		s.first = e
+	default:
+		s.more = append(s.more, e)
 	}
 }
 
-func reportAll(t *telemetry, es []ending) {
-	for _, e := range es {
-		e.report(t)
+// finish reports what ended and starts the give-ups; the table must be unlocked.
+func (s *stepped) finish(t *telemetry) {
+	s.first.report(t)
+	reportAll(t, s.more)
+	for _, give := range s.gives {
+		give()
 	}
+}
+
+// cmp returns d, or def when d is 0.
+func cmp(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// first reports whether a, the reply of an acquisition for the key whose hold is h, is a first hold
+// rather than a reentry of h: a reentry of a reentrant kind counts 2 or more, and one of a lock its owners
+// hold once (an Election's) keeps the hold's token, where a first hold takes a new one.
+func (a *acquisition) first(h *hold) bool {
+	if a.token != 0 && h.token != 0 && a.token != h.token {
+		return true
+	}
+	return !a.once && a.count == 1
 }

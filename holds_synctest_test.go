@@ -24,7 +24,7 @@ var errNoAnswer = errors.New("connection reset")
 type fakeRunner struct {
 	mu      sync.Mutex
 	int     func(call scriptCall) (int64, error)
-	acquire func(call scriptCall) ([3]int64, error)
+	acquire func(call scriptCall) ([4]int64, error)
 	ints    func(call scriptCall) ([]int64, error)
 	batch   func(call scriptCall) ([]int64, error) // one run of a batch
 	batches []fakeBatch
@@ -43,7 +43,7 @@ func (f *fakeRunner) runInt(_ context.Context, call scriptCall) (int64, error) {
 	return fn(call)
 }
 
-func (f *fakeRunner) runAcquire(_ context.Context, call scriptCall) ([3]int64, error) {
+func (f *fakeRunner) runAcquire(_ context.Context, call scriptCall) ([4]int64, error) {
 	f.mu.Lock()
 	fn := f.acquire
 	f.mu.Unlock()
@@ -114,10 +114,11 @@ func closeFake(c *Client) {
 	_ = c.bg.wait(context.Background())
 }
 
-// acquireFake records a successful acquisition of lock name by owner, as the engine does.
+// acquireFake records a successful acquisition of lock name by owner, as the engine does: a first one, or
+// a reentry (the count Redis would answer: one more than the owner has).
 func acquireFake(c *Client, name, owner string, lease time.Duration) holdKey {
 	k := holdKey{key: name, field: c.id + ":" + owner}
-	c.holds.acquired(k, acquisition{kind: kindRLock, name: name, count: 1, lease: lease, sentAt: time.Now(),
+	c.holds.acquired(k, acquisition{kind: kindRLock, name: name, count: c.holds.count(k) + 1, lease: lease, sentAt: time.Now(),
 		renew: renewal{script: scriptRenew, keys: []string{name}, args: []string{k.field}}, parent: context.Background()})
 	return k
 }
@@ -249,7 +250,7 @@ func TestSyncLostAcquisitionIsUndone(t *testing.T) {
 		var undos []scriptCall
 		answered := make(chan struct{})
 		f := &fakeRunner{batch: allRenewed}
-		f.acquire = func(scriptCall) ([3]int64, error) { return [3]int64{}, errNoAnswer }
+		f.acquire = func(scriptCall) ([4]int64, error) { return [4]int64{}, errNoAnswer }
 		f.int = func(call scriptCall) (int64, error) {
 			undos = append(undos, call)
 			if len(undos) < 3 {
@@ -270,7 +271,7 @@ func TestSyncLostAcquisitionIsUndone(t *testing.T) {
 		}
 		f.mu.Lock()
 		acquisitions := 0
-		f.acquire = func(scriptCall) ([3]int64, error) { acquisitions++; return [3]int64{1, 1, 0}, nil }
+		f.acquire = func(scriptCall) ([4]int64, error) { acquisitions++; return [4]int64{1, 1, 0}, nil }
 		f.mu.Unlock()
 		// The owner's next attempt waits for the undo's next sending, which gets no answer.
 		if ok, err := l.TryLock(ctx, 0, 0); ok || !errors.Is(err, ErrUnavailable) || !errors.Is(err, errNoAnswer) {
@@ -311,7 +312,7 @@ func TestSyncUnlockWithEndedContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		releases := 0
 		f := &fakeRunner{batch: allRenewed,
-			acquire: func(scriptCall) ([3]int64, error) { return [3]int64{1, 1, 0}, nil },
+			acquire: func(scriptCall) ([4]int64, error) { return [4]int64{1, 1, 0}, nil },
 			int: func(call scriptCall) (int64, error) {
 				releases++
 				if releases < 4 {
@@ -354,7 +355,7 @@ func TestSyncUnlockWithEndedContext(t *testing.T) {
 
 // prepareDuringSettling starts a settling of k, then a prepare of k on another goroutine, and returns once
 // prepare waits for the settling (in a synctest bubble); prepare's error comes on the channel.
-func prepareDuringSettling(c *Client, k holdKey) (settlement, <-chan error) {
+func prepareDuringSettling(c *Client, k holdKey) (*settling, <-chan error) {
 	_, settling := c.holds.settle(k)
 	got := make(chan error, 1)
 	go func() {
@@ -383,20 +384,23 @@ func TestPrepareReportsTheSettlingsFailure(t *testing.T) {
 	})
 }
 
-// A settling whose record the table dropped meanwhile (the watchdog ends a queue entry whose refreshes
-// fail, settling or not) still tells an operation waiting for it that its attempt failed: the operation
-// returns at once with the failure. Before, the failure was looked up by key, found no record, and the
-// operation waited for the settling to end (safety/explore, FairLock: a Lock made while Redis refused
-// connections took 800 ms, the queue leave being retried for the watchdog timeout).
+// A settling whose key's record the table dropped meanwhile (the watchdog ends a queue entry whose
+// refreshes fail, settling or not) still tells an operation waiting for it that its attempt failed: the
+// operation returns at once with the failure. Before, the failure was looked up by key, found no record,
+// and the operation waited for the settling to end (safety/explore, FairLock: a Lock made while Redis
+// refused connections took 800 ms, the queue leave being retried for the watchdog timeout). A settling is
+// now a record of its own (settle.go), whatever becomes of the key's hold.
 func TestPrepareHearsASettlingWhoseRecordWasDropped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newFakeClient(t, &fakeRunner{}, 3*time.Second)
 		defer closeFake(c)
-		k := holdKey{key: "entries", field: "f"}
+		k := acquireFake(c, "entries", "f", 0)
 		settling, got := prepareDuringSettling(c, k)
 		c.holds.mu.Lock()
-		c.holds.endLocked(c.holds.holds[k], errRenewTimeout) // the table drops the record
+		var out stepped
+		c.holds.stepLocked(c.holds.holds[k], holdEvent{ev: evShut, cause: errRenewTimeout}, &out) // the table drops the record
 		c.holds.mu.Unlock()
+		out.finish(c.tel)
 		settling.failing(errConnReset)
 		synctest.Wait()
 		select {

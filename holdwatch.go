@@ -1,8 +1,8 @@
 package relock
 
 import (
-	"container/heap"
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,7 +24,8 @@ import (
 //     decides). The read tracks the key again. The Client's own renewals, reentries and releases change the key too: each costs one
 //     such read per hold.
 //   - The watchdog's renewals and checks go on as before: they are the backstop when the connection is
-//     lost (its holds are read again when it is back) or tracking is not available.
+//     lost (its holds are read again when it is back) or tracking is not available, and for SWAPDB, for
+//     which Redis (7.0) sends no invalidation.
 //
 // Cost: one connection per Client; in Redis, one tracking entry per watched key; per hold, one HEXISTS
 // after watchDelay, and one after each change of its key (a renewal every timeout/3), all pipelined.
@@ -52,21 +53,6 @@ const watchDelay = 5 * time.Millisecond
 func newHoldWatch(c *Client) *holdWatch {
 	return &holdWatch{c: c, holds: make(map[holdKey]watchEntry), keys: make(map[string]int),
 		dirty: make(map[string]struct{}), kick: make(chan struct{}, 1), stopped: make(chan struct{})}
-}
-
-// close waits for the loop to end; the Client's lifetime must be over.
-func (hw *holdWatch) close() {
-	if hw == nil {
-		return
-	}
-	hw.mu.Lock()
-	started := hw.started
-	hw.started = true // no loop starts from now on
-	hw.off = true
-	hw.mu.Unlock()
-	if started {
-		<-hw.stopped
-	}
 }
 
 // watchEntry is a watched hold: when it began to be watched, until it is first read (zero once read), and
@@ -147,13 +133,16 @@ func (hw *holdWatch) invalidated(msgs []rueidis.RedisMessage) {
 }
 
 // loop owns the watch's link to Redis (see watchLink): it reads the holds that are due, and restores the
-// link when it is lost, until the Client's lifetime ends.
+// link when it is lost, until the Client's lifetime ends. After a link that could not be made, or a read
+// that got no answer, it waits a pause (see backoff), which a new hold does not cut short, and tries again;
+// only a server that refuses the watch for good (see refusedForGood) turns it off.
 func (hw *holdWatch) loop() {
 	life := hw.c.life
 	var (
-		link  watchLink
-		retry backoff
-		timer = time.NewTimer(time.Hour)
+		link    watchLink
+		retry   backoff
+		retryAt time.Time // the end of the pause after a failure: no link is made, nothing read before
+		timer   = time.NewTimer(time.Hour)
 	)
 	timer.Stop()
 	defer close(hw.stopped)
@@ -167,6 +156,11 @@ func (hw *holdWatch) loop() {
 		hw.mu.Lock()
 		hw.all = true
 		hw.mu.Unlock()
+	}
+	failed := func() {
+		pause := retry.pause()
+		retryAt = time.Now().Add(pause)
+		timer.Reset(pause)
 	}
 	for {
 		var lost <-chan error
@@ -183,25 +177,20 @@ func (hw *holdWatch) loop() {
 			link = nil
 			readAll()
 		}
+		if time.Now().Before(retryAt) {
+			continue // the timer is set for retryAt
+		}
 		if link == nil {
 			var err error
 			if link, err = hw.connect(life); err != nil {
 				link = nil
-				if _, refused := rueidis.IsRedisErr(err); refused || permanent(err) {
-					// The server refuses tracking (an ACL without CLIENT TRACKING, no RESP3): the watchdog
-					// alone watches.
-					hw.mu.Lock()
-					hw.off = true
-					clear(hw.holds)
-					clear(hw.keys)
-					hw.pending = 0
-					hw.mu.Unlock()
+				if refusedForGood(err) {
+					hw.turnOff()
 					return
 				}
-				timer.Reset(retry.pause())
+				failed()
 				continue
 			}
-			retry.reset()
 			readAll()
 		}
 		holds, next := hw.due(time.Now())
@@ -212,117 +201,31 @@ func (hw *holdWatch) loop() {
 			continue
 		}
 		if err := hw.read(life, link, holds); err != nil {
+			if refusedForGood(err) { // HEXISTS or ZSCORE not allowed
+				hw.turnOff()
+				return
+			}
 			if link.broken(err) {
 				link.close()
 				link = nil
 			}
 			readAll()
-			timer.Reset(retry.pause())
+			failed()
+			continue
 		}
+		retry.reset()
 	}
 }
 
-// watchLink is the watch's link to Redis: reads that have Redis track the keys they read, and the
-// invalidations that follow, which go to holdWatch.invalidated.
-type watchLink interface {
-	// read sends cmds, one read of a hold each, and returns their replies.
-	read(ctx context.Context, cmds []watchRead) []rueidis.RedisResult
-	// lost is closed (or gets an error) when the link is gone; nil when the link restores itself.
-	lost() <-chan error
-	// broken reports whether a read's error means the link is unusable.
-	broken(err error) bool
-	close()
+// turnOff ends the watch for the Client's lifetime: the watchdog alone watches.
+func (hw *holdWatch) turnOff() {
+	hw.mu.Lock()
+	defer hw.mu.Unlock()
+	hw.off = true
+	clear(hw.holds)
+	clear(hw.keys)
+	hw.pending = 0
 }
-
-// watchRead is one read of a hold: HEXISTS of a lock's owner field, or ZSCORE of a permit.
-type watchRead struct {
-	key, field string
-	zset       bool
-}
-
-// connect makes the watch's link: on a single server, a connection of its own (taken from the Client's
-// rueidis client) with CLIENT TRACKING on; on a cluster, a rueidis client of its own with client-side
-// caching on, which keeps tracking on each node's connection and follows the cluster's topology (a Client
-// made by Wrap has none: its options are not known).
-func (hw *holdWatch) connect(life context.Context) (watchLink, error) {
-	if hw.c.cluster {
-		if hw.c.watchOption == nil {
-			return nil, errorf("%w: no options for a watch of a wrapped cluster client", ErrInvalidOptions)
-		}
-		opt := *hw.c.watchOption
-		opt.DisableCache = false
-		opt.OnInvalidations = hw.invalidated
-		rdb, err := rueidis.NewClient(opt)
-		if err != nil {
-			return nil, err
-		}
-		return cachingLink{rdb}, nil
-	}
-	conn, done := hw.c.rdb.Dedicate()
-	lost := conn.SetOnInvalidations(hw.invalidated)
-	ctx, cancel := context.WithTimeout(life, subscribeTimeout)
-	defer cancel()
-	if err := conn.Do(ctx, conn.B().ClientTracking().On().Build()).Error(); err != nil {
-		done()
-		return nil, err
-	}
-	return dedicatedLink{conn: conn, done: done, gone: lost}, nil
-}
-
-// dedicatedLink is a single server's link: one dedicated connection with CLIENT TRACKING on.
-type dedicatedLink struct {
-	conn rueidis.DedicatedClient
-	done func()
-	gone <-chan error
-}
-
-func (l dedicatedLink) read(ctx context.Context, reads []watchRead) []rueidis.RedisResult {
-	cmds := make(rueidis.Commands, len(reads))
-	for i, r := range reads {
-		if r.zset {
-			cmds[i] = l.conn.B().Zscore().Key(r.key).Member(r.field).Build()
-		} else {
-			cmds[i] = l.conn.B().Hexists().Key(r.key).Field(r.field).Build()
-		}
-	}
-	return l.conn.DoMulti(ctx, cmds...)
-}
-
-func (l dedicatedLink) lost() <-chan error { return l.gone }
-
-// broken: any failure to get an answer on the one connection means it is gone.
-func (l dedicatedLink) broken(error) bool { return true }
-
-func (l dedicatedLink) close() { l.done() }
-
-// cachingLink is a cluster's link: a rueidis client with client-side caching, whose cached reads are
-// tracked on the connection to the key's node. A read that is cached already costs no round trip; one
-// whose key changed was dropped from the cache by its invalidation, and goes to Redis, tracked again.
-type cachingLink struct{ rdb rueidis.Client }
-
-// watchCacheTTL is how long a watched hold's read stays in the cache: the invalidation of its key drops
-// it sooner, and a read after it ends goes to Redis, tracked again.
-const watchCacheTTL = time.Hour
-
-func (l cachingLink) read(ctx context.Context, reads []watchRead) []rueidis.RedisResult {
-	cmds := make([]rueidis.CacheableTTL, len(reads))
-	for i, r := range reads {
-		if r.zset {
-			cmds[i] = rueidis.CT(l.rdb.B().Zscore().Key(r.key).Member(r.field).Cache(), watchCacheTTL)
-		} else {
-			cmds[i] = rueidis.CT(l.rdb.B().Hexists().Key(r.key).Field(r.field).Cache(), watchCacheTTL)
-		}
-	}
-	return l.rdb.DoMultiCache(ctx, cmds...)
-}
-
-// lost: nil, rueidis restores the connections (and tells their loss as a flush, OnInvalidations(nil)).
-func (l cachingLink) lost() <-chan error { return nil }
-
-// broken: never, the client reconnects by itself; the holds are read again.
-func (l cachingLink) broken(error) bool { return false }
-
-func (l cachingLink) close() { l.rdb.Close() }
 
 // due returns the holds to read now, with the hold the table has for each, and how long until the next
 // pending hold is due (0: none).
@@ -362,8 +265,24 @@ type watched struct {
 	h *hold
 }
 
+// close waits for the loop to end; the Client's lifetime must be over.
+func (hw *holdWatch) close() {
+	if hw == nil {
+		return
+	}
+	hw.mu.Lock()
+	started := hw.started
+	hw.started = true // no loop starts from now on
+	hw.off = true
+	hw.mu.Unlock()
+	if started {
+		<-hw.stopped
+	}
+}
+
 // read reads the holds, tracking their keys, and has the watchdog check at once those Redis no longer has.
-// An error means some reads got no answer: their holds are to be read again.
+// An error means some reads got no answer, or an error reply other than WRONGTYPE (BUSY, LOADING...):
+// their holds are to be read again.
 func (hw *holdWatch) read(life context.Context, link watchLink, holds []watched) error {
 	reads := make([]watchRead, len(holds))
 	for i, w := range holds {
@@ -385,7 +304,8 @@ func (hw *holdWatch) read(life context.Context, link watchLink, holds []watched)
 			n, err = r.AsInt64()
 			there = err == nil && n == 1
 		}
-		if _, refused := rueidis.IsRedisErr(err); err != nil && !refused {
+		if rerr, replied := redisReply(err); err != nil && (!replied || !strings.HasPrefix(rerr.Error(), "WRONGTYPE")) {
+			// Not known whether it is there: it is read again (an error reply is no sign of a loss).
 			failed = err
 			continue
 		}
@@ -394,39 +314,4 @@ func (hw *holdWatch) read(life context.Context, link watchLink, holds []watched)
 		}
 	}
 	return failed
-}
-
-// watchedHolds returns the holds of keys that the table has, each with its hold.
-func (w *holdTable) watchedHolds(keys []holdKey) []watched {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]watched, 0, len(keys))
-	for _, k := range keys {
-		if h := w.holds[k]; h != nil && !h.ended && !h.keepAlive && !h.acquiredAt.IsZero() {
-			out = append(out, watched{k, h})
-		}
-	}
-	return out
-}
-
-// checkNow is told by the watch that Redis may no longer have h: the watchdog renews or checks it at once,
-// and ends it as lost if it is gone, with the cause and the handling of a renewal that finds it gone (a
-// release under way decides; a key of another kind is told). A renewal of it under way was sent before
-// the watch's read: the hold is looked at again once it is back.
-func (w *holdTable) checkNow(h *hold) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch {
-	case h.ended || w.holds[h.key] != h:
-	case h.releases > 0:
-		// Its owner's release under way may be what removed it (its invalidation can come before the
-		// release's reply): that release's outcome decides, as for a renewal that finds it gone.
-		h.gone = true
-	case h.inflight:
-		h.checkAgain = true
-	case h.index >= 0:
-		h.next = time.Now()
-		heap.Fix(&w.queue, h.index)
-		w.wakeLocked()
-	}
 }

@@ -3,8 +3,12 @@ package relock_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/redistest"
@@ -199,5 +203,219 @@ func TestPermitLossSeenAtOnce(t *testing.T) {
 		t.Logf("the permit's holder knew after %v", time.Since(start))
 	case <-time.After(2 * time.Second):
 		t.Fatal("the permit's context still runs 2 s after its permit was taken away")
+	}
+}
+
+// busyScript keeps the server busy for ARGV[1] milliseconds: past lua-time-limit (busy-reply-threshold),
+// Redis answers every other command with BUSY.
+const busyScript = `local t = redis.call('TIME')
+local start = t[1] * 1000 + t[2] / 1000
+repeat
+  t = redis.call('TIME')
+until t[1] * 1000 + t[2] / 1000 - start >= tonumber(ARGV[1])
+return 1`
+
+// trackingConn returns the id of a connection with CLIENT TRACKING on (flag t in CLIENT LIST), "" when
+// there is none: a watch's, in a test whose server has one Client.
+func trackingConn(t testing.TB, rdb rueidis.Client) string {
+	t.Helper()
+	list, err := do(t, rdb, "CLIENT", "LIST").ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(list, "\n") {
+		var id, flags string
+		for f := range strings.FieldsSeq(line) {
+			switch k, v, _ := strings.Cut(f, "="); k {
+			case "id":
+				id = v
+			case "flags":
+				flags = v
+			}
+		}
+		if strings.Contains(flags, "t") {
+			return id
+		}
+	}
+	return ""
+}
+
+// commandStat returns the field of INFO commandstats's line for cmd (e.g. "client|tracking",
+// "rejected_calls"), -1 when there is none.
+func commandStat(t testing.TB, rdb rueidis.Client, cmd, field string) int64 {
+	t.Helper()
+	info, err := do(t, rdb, "INFO", "commandstats").ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for f := range strings.SplitSeq(stats, ",") {
+			if k, v, _ := strings.Cut(f, "="); k == field {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// The watch's connection lost while Redis runs a slow script, so that the watch reconnects while Redis
+// answers BUSY (CLIENT TRACKING ON refused): the process goes on, the watch comes back once Redis answers
+// again (a hold deleted then is seen within milliseconds), and the Client works.
+func TestHoldWatchSurvivesBusyServer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil) // the default watchdog timeout: a check every 10 s
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 30*time.Second)
+	do(t, rdb, "CONFIG", "SET", "lua-time-limit", "100") // BUSY replies once a script has run 100 ms
+	l := c.Lock("busy-watch")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hctx, err := l.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	eventually(t, 5*time.Second, "the watch's connection tracks", func() bool {
+		id = trackingConn(t, rdb)
+		return id != ""
+	})
+	time.Sleep(50 * time.Millisecond) // the hold is read
+	// In one write: the watch's connection killed, then a script that keeps Redis busy for 1.5 s. The
+	// watch reconnects at once, and its CLIENT TRACKING ON gets BUSY once the script has run 100 ms.
+	replies := rdb.DoMulti(ctx, rdb.B().Arbitrary("CLIENT", "KILL", "ID", id).Build(),
+		rdb.B().Eval().Script(busyScript).Numkeys(0).Arg("1500").Build())
+	if n, err := replies[0].AsInt64(); err != nil || n != 1 {
+		t.Fatalf("CLIENT KILL ID %s = %d, %v", id, n, err)
+	}
+	if err := replies[1].Error(); err != nil {
+		t.Fatalf("the busy script: %v", err)
+	}
+	busyEnd := time.Now()
+	if n := commandStat(t, rdb, "client|tracking", "rejected_calls"); n == 0 {
+		t.Fatal("CLIENT TRACKING was not refused while Redis was busy: the test did not test what it says")
+	} else {
+		t.Logf("CLIENT TRACKING refused %d times while Redis was busy", n)
+	}
+	eventually(t, 5*time.Second, "the watch is back", func() bool { return trackingConn(t, rdb) != "" })
+	t.Logf("the watch was back %v after Redis was no longer busy", time.Since(busyEnd))
+	time.Sleep(50 * time.Millisecond) // the hold is read again
+	start := time.Now()
+	do(t, rdb, "DEL", "busy-watch")
+	select {
+	case <-hctx.Done():
+		if !errors.Is(context.Cause(hctx), relock.ErrLockLost) {
+			t.Fatalf("cause = %v; want ErrLockLost", context.Cause(hctx))
+		}
+		t.Logf("the holder knew after %v", time.Since(start))
+	case <-time.After(2 * time.Second):
+		t.Fatal("the hold context still runs 2 s after the hold was gone: the watch is off")
+	}
+	other := c.Lock("busy-watch-other")
+	if err := other.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Where the watch cannot work, it turns itself off for good (it does not try again), no connection tracks
+// keys, and the watchdog tells a loss. On a connection that speaks RESP2 (New's option, or a client given
+// to Wrap), Redis accepts CLIENT TRACKING ON but sends no invalidation; an ACL user without CLIENT
+// TRACKING is refused it (NOPERM).
+func TestHoldWatchOffForGood(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []string{"RESP2 New", "RESP2 Wrap", "NOPERM"} {
+		t.Run(tc, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			rdb := rawClient(t, srv)
+			opts := &relock.Options{WatchdogTimeout: 600 * time.Millisecond}
+			var c *relock.Client
+			switch tc {
+			case "RESP2 New":
+				opts.Redis.AlwaysRESP2 = true
+				c = newClient(t, srv, opts)
+			case "RESP2 Wrap":
+				resp2, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()},
+					AlwaysRESP2: true, DisableCache: true, AlwaysPipelining: true, DisableRetry: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(resp2.Close)
+				if c, err = relock.Wrap(resp2, opts); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+			case "NOPERM":
+				do(t, rdb, "ACL", "SETUSER", "no-tracking", "on", ">secret", "~*", "&*", "+@all", "-client|tracking")
+				opts.Redis = rueidis.ClientOption{Username: "no-tracking", Password: "secret"}
+				c = newClient(t, srv, opts)
+			}
+			ctx := ctxTimeout(t, 20*time.Second)
+			l := c.Lock("watch-off")
+			if err := l.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			hctx, err := l.HoldContext(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 2*time.Second, "the watch turns itself off", func() bool { return relock.HoldWatchOff(c) })
+			if id := trackingConn(t, rdb); id != "" {
+				t.Fatalf("connection %s tracks keys", id)
+			}
+			start := time.Now()
+			do(t, rdb, "DEL", "watch-off")
+			select {
+			case <-hctx.Done():
+				if !errors.Is(context.Cause(hctx), relock.ErrLockLost) {
+					t.Fatalf("cause = %v; want ErrLockLost", context.Cause(hctx))
+				}
+				t.Logf("the watchdog told the loss after %v", time.Since(start))
+			case <-time.After(2 * time.Second):
+				t.Fatal("the hold context still runs 2 s after the hold was gone")
+			}
+		})
+	}
+}
+
+// Redis sends no invalidation for SWAPDB (7.0 does not), so the watch does not see a hold's key swapped
+// away to another database: the watchdog tells its loss, at its next renewal, within a third of the
+// watchdog timeout.
+func TestSwapDBLossToldByWatchdog(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const timeout = 900 * time.Millisecond
+	c := newClient(t, srv, &relock.Options{WatchdogTimeout: timeout})
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	l := c.Lock("swapped")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hctx, err := l.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the watch tracks", func() bool { return trackingConn(t, rdb) != "" })
+	time.Sleep(50 * time.Millisecond) // the hold is read
+	start := time.Now()
+	do(t, rdb, "SWAPDB", "0", "1")
+	select {
+	case <-hctx.Done():
+		if !errors.Is(context.Cause(hctx), relock.ErrLockLost) {
+			t.Fatalf("cause = %v; want ErrLockLost", context.Cause(hctx))
+		}
+		t.Logf("the holder knew after %v", time.Since(start))
+	case <-time.After(timeout/3 + 300*time.Millisecond):
+		t.Fatalf("the hold context still runs %v after SWAPDB took the hold away", timeout/3+300*time.Millisecond)
 	}
 }

@@ -205,7 +205,8 @@ func (l *RLock) IsLocked(ctx context.Context) (bool, error) {
 // {locked, count, pttl}.
 func (l *RLock) read(ctx context.Context, field string) ([3]int64, error) {
 	sc := l.spec.read(field)
-	return acquireReply(l.c.run(ctx, sc.script, sc.keys, sc.args))
+	r, err := acquireReply(l.c.run(ctx, sc.script, sc.keys, sc.args))
+	return [3]int64(r[:3]), err
 }
 
 // IsHeld reports whether the owner of ctx holds the lock, asking Redis. The owner is decided by the one
@@ -301,16 +302,20 @@ func WithReplicaAck(replicas int, timeout time.Duration) LockOption {
 }
 
 // WithMaxHold gives every hold acquired through the lock a budget: it lives at most d from its first
-// acquisition, whatever the watchdog, a lease or Extend would do. No acquisition, renewal or Extend gives
-// it a time to live in Redis beyond that point, so Redis drops it there even if its Client is cut off;
-// and at that point the Client ends it: its HoldContext is cancelled with a cause matching
+// acquisition, whatever the watchdog, a lease or Extend would do. The Client ends it d after it sent the
+// first acquisition, on its own clock: its HoldContext is cancelled with a cause matching
 // ErrMaxHoldReached (and ErrLockLost), renewal stops, and the Client releases it in Redis, waking its
 // waiters at once, as Close gives a hold up. The owner's Unlock then returns ErrNotHeld. A reentrant
 // acquisition keeps the first one's budget (or a shorter one of its own). Each budget reached counts in
 // the relock.max_hold_reached metric.
 //
+// Redis drops the hold d after it granted the first acquisition, on Redis's clock (to the millisecond),
+// even if its Client is cut off: no later acquisition, renewal or Extend gives it a time to live past
+// that point, however late it reaches Redis, and a reentrant acquisition that reaches Redis after it
+// fails with ErrMaxHoldReached. So Redis drops the hold no earlier than its Client ends it, and later by
+// the time the first acquisition took to reach Redis.
+//
 // d == 0 sets no budget; d < 0 makes every acquisition through the lock fail with ErrInvalidDuration.
-// The budget is measured from when the first acquisition was sent, on the Client's clock.
 func WithMaxHold(d time.Duration) LockOption {
 	return func(o *lockOptions) { o.maxHold = d }
 }

@@ -3,6 +3,7 @@ package relock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,5 +188,211 @@ func TestMaxHoldOfAHandedOverHold(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the handed-over hold outlived its budget by seconds")
+	}
+}
+
+// Redis drops a hold with a budget no later than the budget after it granted the hold, on its own clock,
+// whatever the delays of the later commands that extend it: here a renewal, an Extend or a reentry that
+// spends 250 ms on its way, after which the Client is cut off and can give nothing up. The hold's key (a
+// reader's: its level's) must be gone from Redis within the budget of the first acquisition's return
+// (which came after the grant), as a separate client sees it.
+func TestMaxHoldEndsInRedisBudgetAfterTheGrant(t *testing.T) {
+	t.Parallel()
+	const budget, latency = time.Second, 250 * time.Millisecond
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv) // around the proxies
+	for _, how := range []string{"watchdog", "extend", "reentry", "fair-reentry", "write-extend", "read-watchdog", "read-reentry"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			proxy := startProxy(t, srv)
+			// A watchdog timeout of 900 ms: a first TTL of 900 ms, and a renewal sent 300 ms in.
+			c := clientAt(t, proxy.Addr, &relock.Options{WatchdogTimeout: 900 * time.Millisecond})
+			ctx := relock.WithOwner(ctxTimeout(t, 20*time.Second), "owner")
+			name := "budget-late-" + how
+			key := name
+			var l *relock.RLock
+			switch how {
+			case "fair-reentry":
+				l = c.FairLock(name, relock.WithMaxHold(budget))
+			case "write-extend":
+				l = c.ReadWriteLock(name, relock.WithMaxHold(budget)).WriteLock()
+			case "read-watchdog":
+				l = c.ReadWriteLock(name, relock.WithMaxHold(budget)).ReadLock()
+				key = "{" + name + "}:" + c.ID() + ":owner:rwlock_timeout:1"
+			case "read-reentry":
+				l = c.ReadWriteLock(name, relock.WithMaxHold(budget)).ReadLock()
+				key = "{" + name + "}:" + c.ID() + ":owner:rwlock_timeout:2" // the level the reentry adds
+			default:
+				l = c.Lock(name, relock.WithMaxHold(budget))
+			}
+			// The scripts are loaded in Redis first: a NOSCRIPT would cost a round trip more.
+			warm := c.Lock(name + "-warm")
+			if strings.HasPrefix(how, "read") {
+				warm = c.ReadWriteLock(name + "-warm").ReadLock()
+			}
+			if err := warm.LockWithLease(ctx, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Extend(ctx, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			first := 900 * time.Millisecond // the first acquisition's TTL: the watchdog timeout, or a lease
+			begun := time.Now()
+			if strings.HasSuffix(how, "watchdog") {
+				err = l.Lock(ctx)
+			} else {
+				first = 700 * time.Millisecond // outlives a round trip of the later command
+				err = l.LockWithLease(ctx, first)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			granted := time.Now() // Redis granted the hold before its reply came
+			// Poll the key directly: lastSeen is when the last poll that found it was sent (Redis ran it later).
+			polled := make(chan time.Time)
+			go func() {
+				var lastSeen time.Time
+				for sent := time.Now(); sent.Before(granted.Add(budget + 2*latency)); sent = time.Now() {
+					if n, err := rdb.Do(ctx, rdb.B().Exists().Key(key).Build()).AsInt64(); err == nil && n == 1 {
+						lastSeen = sent
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+				polled <- lastSeen
+			}()
+			proxy.SetLatency(latency)
+			switch {
+			case strings.HasSuffix(how, "watchdog"):
+				time.Sleep(300*time.Millisecond + latency + 250*time.Millisecond) // the renewal sent at 300 ms has run
+			case strings.HasSuffix(how, "extend"):
+				// Sent now, with what is left of the budget on the Client's clock, it reaches Redis 250 ms later.
+				err = l.Extend(ctx, 10*time.Second)
+			default:
+				var ok bool
+				if ok, err = l.TryLock(ctx, 0, 10*time.Second); err == nil && !ok { // likewise
+					t.Fatal("the reentry failed")
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy.Partition(true) // cut off: the Client can give nothing up in Redis now
+			defer proxy.Partition(false)
+			lastSeen := <-polled
+			t.Logf("last seen by a poll sent %v after Lock began; Lock returned %v after it began",
+				lastSeen.Sub(begun), granted.Sub(begun))
+			if lastSeen.Sub(granted) > budget+2*time.Millisecond { // Redis counts whole milliseconds
+				t.Fatalf("the key was in Redis %v after Lock returned (%v after Lock began); want gone within the budget, %v, of the grant",
+					lastSeen.Sub(granted), lastSeen.Sub(begun), budget)
+			}
+			if lastSeen.Sub(granted) <= first+2*time.Millisecond {
+				t.Fatalf("the key was last seen %v after Lock returned: the later command did not extend it", lastSeen.Sub(granted))
+			}
+		})
+	}
+}
+
+// With a slow link at the first acquisition, the Client ends a hold with a budget d after sending that
+// acquisition, on its clock, and Redis drops it d after granting it, on its own: the Client's end comes
+// first, even when the Client is cut off right after Lock.
+func TestMaxHoldClientEndsNoLaterThanRedis(t *testing.T) {
+	t.Parallel()
+	const budget, latency = time.Second, 250 * time.Millisecond
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	c := clientAt(t, proxy.Addr, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	const name = "budget-slow-grant"
+	l := c.Lock(name, relock.WithMaxHold(budget))
+	if err := c.Lock(name+"-warm").LockWithLease(ctx, time.Second); err != nil { // no NOSCRIPT round trip below
+		t.Fatal(err)
+	}
+	proxy.SetLatency(latency)
+	begun := time.Now()
+	if err := l.LockWithLease(ctx, 10*time.Second); err != nil { // a first TTL of the budget, from the grant
+		t.Fatal(err)
+	}
+	granted := time.Now()
+	hctx, err := l.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Partition(true) // cut off: the Client can give nothing up in Redis now
+	defer proxy.Partition(false)
+	ended := make(chan time.Time, 1)
+	go func() { <-hctx.Done(); ended <- time.Now() }()
+	var lastSeen time.Time // when the last poll that found the key was sent
+	for sent := time.Now(); sent.Before(granted.Add(budget + 2*latency)); sent = time.Now() {
+		if n, err := do(t, rdb, "EXISTS", name).AsInt64(); err == nil && n == 1 {
+			lastSeen = sent
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	clientEnd := <-ended
+	t.Logf("Lock returned %v, the Client ended the hold %v, Redis had it last %v after Lock began",
+		granted.Sub(begun), clientEnd.Sub(begun), lastSeen.Sub(begun))
+	if !errors.Is(context.Cause(hctx), relock.ErrMaxHoldReached) {
+		t.Fatalf("cause = %v; want ErrMaxHoldReached", context.Cause(hctx))
+	}
+	if d := clientEnd.Sub(begun); d < budget {
+		t.Fatalf("the Client ended the hold %v after sending the first acquisition, before its budget", d)
+	}
+	if !clientEnd.Before(lastSeen) {
+		t.Fatalf("Redis dropped the hold before its Client ended it (last seen %v after Lock began, ended %v)",
+			lastSeen.Sub(begun), clientEnd.Sub(begun))
+	}
+	if lastSeen.Sub(granted) > budget+2*time.Millisecond { // Redis counts whole milliseconds
+		t.Fatalf("the key was in Redis %v after Lock returned; want gone within the budget of the grant", lastSeen.Sub(granted))
+	}
+}
+
+// A reentry sent within the budget on the Client's clock that reaches Redis after the budget's end on
+// Redis's clock grants nothing: it fails with ErrMaxHoldReached, and the hold's key stays gone.
+func TestMaxHoldReentryArrivingAfterTheBudget(t *testing.T) {
+	t.Parallel()
+	const budget, latency = time.Second, 250 * time.Millisecond
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	for _, kind := range []string{"lock", "fair", "write", "read"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			proxy := startProxy(t, srv)
+			c := clientAt(t, proxy.Addr, nil)
+			ctx := ctxTimeout(t, 20*time.Second)
+			name := "budget-late-reentry-" + kind
+			var l *relock.RLock
+			switch kind {
+			case "lock":
+				l = c.Lock(name, relock.WithMaxHold(budget))
+			case "fair":
+				l = c.FairLock(name, relock.WithMaxHold(budget))
+			case "write":
+				l = c.ReadWriteLock(name, relock.WithMaxHold(budget)).WriteLock()
+			case "read":
+				l = c.ReadWriteLock(name, relock.WithMaxHold(budget)).ReadLock()
+			}
+			begun := time.Now()
+			if err := l.LockWithLease(ctx, 10*time.Second); err != nil { // a first TTL of the budget
+				t.Fatal(err)
+			}
+			proxy.SetLatency(latency)
+			time.Sleep(budget - 150*time.Millisecond - time.Since(begun))
+			// Sent with 150 ms of the budget left, it reaches Redis 250 ms later, after the budget's end. It
+			// may wait: it must fail, not try again.
+			sent := time.Now()
+			ok, err := l.TryLock(ctx, 5*time.Second, 10*time.Second)
+			if ok || !errors.Is(err, relock.ErrMaxHoldReached) {
+				t.Fatalf("a reentry reaching Redis after the budget = %v, %v (%v after Lock began); want ErrMaxHoldReached",
+					ok, err, time.Since(begun))
+			}
+			if took := time.Since(sent); took > 2*time.Second { // a round trip or two (a subscription): not a retry
+				t.Fatalf("the refused reentry returned %v after it was sent; want a round trip or two, of %v", took, 2*latency)
+			}
+			if keys, _ := rdb.Do(ctx, rdb.B().Keys().Pattern("*"+name+"*").Build()).AsStrSlice(); len(keys) != 0 {
+				t.Fatalf("the late reentry left %v", keys)
+			}
+		})
 	}
 }

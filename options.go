@@ -75,9 +75,13 @@ type Options struct {
 	// client-side caching: one connection per node): a hold deleted or taken behind its holder's back
 	// (ForceUnlock, TakeOver, a DEL, a flush) ends its HoldContext with ErrLockLost within milliseconds. It
 	// costs, per hold that lasts over 5 ms, one HEXISTS, and one more after each change of its key (a
-	// renewal every WatchdogTimeout/3), pipelined; and one tracking entry per key in Redis. Without the
-	// CLIENT TRACKING command (an ACL without it, RESP2) the watch turns itself off; a cluster client given
-	// to Wrap has none (its options cannot be copied).
+	// renewal every WatchdogTimeout/3), pipelined; and one tracking entry per key in Redis. Where Redis
+	// refuses CLIENT TRACKING for good (an ACL without it, a server without it), or the connection speaks
+	// RESP2 (ClientOption.AlwaysRESP2, or a client given to Wrap that speaks it), on which tracking sends
+	// no invalidation, the watch turns itself off for the Client's lifetime; a refusal that may pass (BUSY
+	// while a slow script runs, a lost connection) pauses it until Redis answers again. A cluster
+	// client given to Wrap has none (its options cannot be copied). The watch does not see SWAPDB, for
+	// which Redis sends no invalidation: the watchdog tells such a loss.
 	NoHoldWatch bool
 }
 

@@ -22,7 +22,7 @@ func BenchmarkClientOverheadLockUnlock(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			f := &fakeRunner{batch: allRenewed,
-				acquire: func(scriptCall) ([3]int64, error) { return [3]int64{1, 1, 0}, nil },
+				acquire: func(scriptCall) ([4]int64, error) { return [4]int64{1, 1, 0}, nil },
 				int:     func(scriptCall) (int64, error) { return 0, nil }}
 			c := newFakeClient(b, f, 30*time.Second)
 			defer closeFake(c)

@@ -21,12 +21,12 @@ type lateRunner struct {
 
 var errLost = io.ErrUnexpectedEOF
 
-func (r *lateRunner) runAcquire(ctx context.Context, call scriptCall) ([3]int64, error) {
+func (r *lateRunner) runAcquire(ctx context.Context, call scriptCall) ([4]int64, error) {
 	r.mu.Lock()
 	if call.script == scriptPermitAcquire && r.late == nil {
 		r.late = &call
 		r.mu.Unlock()
-		return [3]int64{}, errLost
+		return [4]int64{}, errLost
 	}
 	r.mu.Unlock()
 	return r.runner.runAcquire(ctx, call)

@@ -17,7 +17,7 @@ import (
 func takenPermit(t *testing.T, f *fakeRunner, s *PermitSemaphore, owner context.Context) (*Permit, context.Context) {
 	t.Helper()
 	f.mu.Lock()
-	f.acquire = func(scriptCall) ([3]int64, error) { return [3]int64{1, 0, 0}, nil }
+	f.acquire = func(scriptCall) ([4]int64, error) { return [4]int64{1, 0, 0}, nil }
 	f.mu.Unlock()
 	p, ok, err := s.TryAcquire(owner, 0, 0)
 	if err != nil || !ok {
@@ -180,7 +180,7 @@ func TestSyncRenewalDuringUnlockIsNoLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		releaseRan := make(chan struct{})
 		f := &fakeRunner{
-			acquire: func(scriptCall) ([3]int64, error) { return [3]int64{1, 1, 0}, nil },
+			acquire: func(scriptCall) ([4]int64, error) { return [4]int64{1, 1, 0}, nil },
 			batch: func(call scriptCall) ([]int64, error) {
 				<-releaseRan
 				return make([]int64, holdsOf(call)), nil
@@ -215,7 +215,7 @@ func TestSyncRenewalGoneThenUnlockFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		renewalRan := make(chan struct{})
 		f := &fakeRunner{
-			acquire: func(scriptCall) ([3]int64, error) { return [3]int64{1, 1, 0}, nil },
+			acquire: func(scriptCall) ([4]int64, error) { return [4]int64{1, 1, 0}, nil },
 			batch: func(call scriptCall) ([]int64, error) {
 				defer close(renewalRan)
 				return make([]int64, holdsOf(call)), nil

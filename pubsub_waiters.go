@@ -1,5 +1,10 @@
 package relock
 
+import (
+	"strings"
+	"time"
+)
+
 // The hub's waiters, and how the messages of a channel wake them: a notification that one of them may
 // acquire is never dropped on the way (see waiter).
 
@@ -62,7 +67,17 @@ func (h *hub) onMessage(channel, message string) {
 	case s.handler != nil: // a listened channel (see listen)
 		s.handler(message)
 	case s.routes != "": // a wake channel: the message names the owner to wake
-		if t := h.subs[s.routes]; t != nil {
+		if owner, later := strings.CutPrefix(message, "~"); later {
+			// After Redisson's waiters' head start (see lib/waiters.lua, announce_release).
+			routes := s.routes
+			time.AfterFunc(yieldFor, func() {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				if t := h.subs[routes]; t != nil {
+					wakeOwnerLocked(t, owner)
+				}
+			})
+		} else if t := h.subs[s.routes]; t != nil {
 			wakeOwnerLocked(t, message)
 		}
 	case s.named && message == namedMessage:

@@ -25,16 +25,23 @@ func (l *RLock) unlock(ctx context.Context) error {
 	}
 	k := holdKey{key: l.name, field: field}
 	call := newRelease(field)
-	// An Unlock whose ctx has ended (before it, or while it waits for an earlier operation of the owner to
-	// settle) still releases: in the background, on the Client's lifetime.
+	// Close waits for the Unlock: what it leaves to do (a handoff's undo, a release in the background) is
+	// done before the Client ends. Once Close has begun, Close itself gives the hold up.
+	if !l.c.begin() {
+		return l.fail(ctx, "unlock", ErrClosed)
+	}
+	defer l.c.finish()
+	// An Unlock whose ctx has ended (before it, or while it waits for its turn: an earlier operation of the
+	// owner under way or settling) still releases: in the background, on the Client's lifetime.
 	if ctx.Err() != nil {
 		l.releaseInBackground(k, call)
 		return l.fail(ctx, "unlock", ctx.Err())
 	}
-	if _, err := l.c.holds.prepare(ctx, k); err != nil {
+	if err := l.c.holds.beginTurn(ctx, k); err != nil {
 		l.releaseInBackground(k, call)
 		return l.fail(ctx, "unlock", err)
 	}
+	defer l.c.holds.endTurn(k)
 	ctx, span := l.c.tel.startSpan(ctx, "relock.unlock", l.kind, l.name)
 	l.c.holds.releasing(k) // a renewal that finds the hold gone meanwhile waits for this outcome
 	left, err := l.releaseFirst(ctx, k, call)
@@ -99,7 +106,7 @@ func (l *RLock) unlockInBackground(ctx context.Context) error {
 func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 	call = repeating(call)
 	after, deadline, settling := l.c.holds.unlocking(k)
-	ran := l.c.goBackground(func(life context.Context) {
+	ran := l.c.mustRun("a release in the background", func(life context.Context) {
 		if after != nil { // an earlier operation of the owner is settling: release after it
 			select {
 			case <-after:

@@ -13,9 +13,23 @@ import (
 // (ReleaseRequests) hears it and may release, and the requester may take the lock over after a grace
 // period (Revoke), or at once whoever holds it (TakeOver).
 //
-// A request is published on the lock's request channel, relock_release_request:{<name>}, which a Client
-// subscribes to while one of its holders of the lock listens for requests. A Redisson client never does:
-// a lock one of its threads holds is taken over only by TakeOver, the explicit forced step.
+// A request is published on each holder's request channel, relock_release_request:{<name>}:<owner field>,
+// which a Client subscribes to while that holder's hold listens for requests: a former holder's Client,
+// still subscribed, does not get the requests made to the next holder, nor count in RequestRelease's
+// reply. A Redisson client never subscribes: a lock one of its threads holds is taken over only by
+// TakeOver, the explicit forced step.
+//
+// Whether a holder heard a Revoke is not inferred from subscriber counts, which cannot tell one hold of
+// an owner from its next: a Client stays subscribed a few milliseconds after its listening hold ends (the
+// hub unsubscribes asynchronously), or until it learns of a loss, while the same owner may hold the lock
+// again; and any program may subscribe (a PSUBSCRIBE hears every channel). Instead, in Redis
+// (lua/lib/requests.lua), a Revoke's request leaves a marker for each holder asked, which lives no longer
+// than the hold asked; the holder's own Client marks it heard when the request reaches a hold of its
+// that listens, in one script run (lua/release_request_heard.lua), and withdraws that when it learns the
+// hold was lost; the takeover needs every holder's marker heard. The markers are fields of the undone
+// attempts' marks (relock_undone:{<name>}), which the lock's final release (a release, a handoff, a force
+// release) deletes already: the hot path (acquire, release, renewal) pays nothing for them. The lock hash
+// itself, Redisson's, gets no field.
 
 // ReleaseRequest is a request to release a lock, as its holder hears it (see RLock.ReleaseRequests).
 type ReleaseRequest struct {
@@ -23,75 +37,67 @@ type ReleaseRequest struct {
 	From   string // the requesting Client's ID (Client.ID)
 }
 
-// ErrNotHeard is Revoke's error when it did not take the lock over because its holder could not have
-// heard the request: a Redisson client's holder, a relock holder that does not listen for requests
-// (ReleaseRequests), or a holder that got the lock after the request was made. The lock stays its
-// holder's; TakeOver takes it whoever holds it.
+// ErrNotHeard is Revoke's error when it did not take the lock over because a holder did not hear the
+// request: a Redisson client's holder, a relock holder that does not listen for requests
+// (ReleaseRequests), or a hold that began after the request (the hold asked was released, lost or taken
+// over since, even if the same owner holds the lock again). The lock stays its holder's; TakeOver takes
+// it whoever holds it.
 var ErrNotHeard = errors.New("relock: the lock's holder did not hear the request to release it")
 
 // RequestRelease asks the current holders of the lock to release it, telling them reason: each holder that
-// listens for requests (ReleaseRequests) gets it. It reports how many Clients heard it (0 when nobody holds
-// the lock, or its holders do not listen: a Redisson client's never does). It is one script run; it
-// changes nothing in Redis. Whether a holder lets go is its own decision: see Revoke for a request that
-// ends in a takeover.
+// listens for requests (ReleaseRequests) gets it. It reports how many subscribers the holders' request
+// channels had: the Clients of the holders that listen (0 when nobody holds the lock, or its holders do
+// not listen: a Redisson client's never does). That is a hint: a Client whose listening hold ended a
+// moment before may still count when the same owner holds the lock again, and so does a program
+// subscribed to those channels; Revoke does not rely on it. It is one script run; it changes nothing in
+// Redis. Whether a holder lets go is its own decision: see Revoke for a request that ends in a takeover.
 func (l *RLock) RequestRelease(ctx context.Context, reason string) (int, error) {
 	if err := l.check(ctx); err != nil {
 		return 0, l.fail(ctx, "requestrelease", err)
 	}
-	asked, err := l.requestRelease(ctx, reason)
+	a, err := l.ask(ctx, "ask", l.c.id+" - "+reason, "", 0)
 	if err != nil {
 		return 0, l.fail(ctx, "requestrelease", err)
 	}
-	return asked.heard, nil
+	return a.heard, nil
 }
 
-// asked is what a request told of the lock: how many Clients heard it, whether every holder is relock's,
-// and the holders' owner fields, sorted.
+// asked is what a request told of the lock: how many subscribers the holders' request channels had,
+// whether every holder is relock's, and how long a Revoke's markers live now (0: there are none).
 type asked struct {
-	heard   int
-	relock  bool
-	holders []string
+	heard  int
+	relock bool
+	life   time.Duration
 }
 
-func (l *RLock) requestRelease(ctx context.Context, reason string) (asked, error) {
-	ch := l.requestChannel()
-	pub, err := l.c.publishCommand(ctx, ch)
+// ask runs lua/release_request.lua in mode 'ask', 'mark' or 'again' (see there) with message; request
+// and life are a Revoke's.
+func (l *RLock) ask(ctx context.Context, mode, message, request string, life time.Duration) (asked, error) {
+	channels := l.requestChannels()
+	pub, err := l.c.publishCommand(ctx, channels)
 	if err != nil {
 		return asked{}, err
 	}
-	r, err := l.c.run(ctx, scriptReleaseRequest, []string{l.name, ch}, []string{pub, l.c.id + " " + reason}).ToArray()
+	r, err := l.c.run(ctx, scriptReleaseRequest, []string{l.name, channels, undoneKey(l.name)},
+		[]string{pub, message, mode, request, fmtMillis(life)}).AsIntSlice()
 	if err != nil {
 		return asked{}, err
 	}
-	if len(r) < 2 {
+	if len(r) != 3 {
 		return asked{}, errUnexpectedReply
 	}
-	var a asked
-	heard, err1 := r[0].AsInt64()
-	relock, err2 := r[1].AsInt64()
-	if err1 != nil || err2 != nil {
-		return asked{}, errUnexpectedReply
-	}
-	a.heard, a.relock = int(heard), relock == 1
-	for _, m := range r[2:] {
-		f, err := m.ToString()
-		if err != nil {
-			return asked{}, errUnexpectedReply
-		}
-		a.holders = append(a.holders, f)
-	}
-	slices.Sort(a.holders)
-	return a, nil
+	return asked{heard: int(r[0]), relock: r[1] == 1, life: time.Duration(r[2]) * time.Millisecond}, nil
 }
 
-// requestChannel is the lock's request channel.
-func (l *RLock) requestChannel() string { return companion("relock_release_request", l.name) }
+// requestChannels is the prefix of the lock's request channels: a holder's is requestChannels() + ":" +
+// its owner field.
+func (l *RLock) requestChannels() string { return companion("relock_release_request", l.name) }
 
 // ReleaseRequests returns a channel on which the hold of ctx's owner hears the requests to release the lock
 // (RequestRelease, Revoke) made from now on, until the hold ends; then the channel is closed. Once it
-// returns, the Client listens: it subscribes to the lock's request channel (one subscription per lock,
-// whatever the number of listeners), for as long as a hold of the lock listens. The channel keeps the
-// latest request not yet read. It returns ErrNotHeld when the owner does not hold the lock.
+// returns, the Client listens: it subscribes to the hold's request channel, for as long as the hold
+// listens, and tells a Revoke's requester that the hold heard. The channel keeps the latest request not
+// yet read. It returns ErrNotHeld when the owner does not hold the lock.
 //
 // A holder that hears a request decides: it may finish its work and Unlock, or go on. A requester that
 // runs Revoke takes the lock over after its grace period whatever the holder does, and the holder then
@@ -105,62 +111,133 @@ func (l *RLock) ReleaseRequests(ctx context.Context) (<-chan ReleaseRequest, err
 	if err != nil {
 		return nil, l.fail(ctx, "releaserequests", l.notHeld(field))
 	}
-	out := make(chan ReleaseRequest, 1)
-	ch := l.requestChannel()
-	l.c.requests.add(ch, out)
+	lis := &requestListener{out: make(chan ReleaseRequest, 1), hold: done, l: l, field: field}
+	ch := l.requestChannels() + ":" + field
+	l.c.requests.add(ch, lis)
 	stop, err := l.c.hub.listen(ctx, ch, func(msg string) { l.c.requests.deliver(ch, msg) })
 	if err != nil {
-		l.c.requests.remove(ch, out)
+		l.c.requests.remove(ch, lis)
 		return nil, l.fail(ctx, "releaserequests", err)
 	}
 	context.AfterFunc(done, func() {
 		stop()
-		l.c.requests.remove(ch, out)
+		if acked := l.c.requests.remove(ch, lis); acked != "" {
+			lis.withdraw(acked)
+		}
 	})
-	return out, nil
+	return lis.out, nil
 }
 
-// requestListeners are a Client's holders that listen for requests, by request channel.
+// requestListeners are a Client's holds that listen for requests, by request channel.
 type requestListeners struct {
 	mu sync.Mutex
-	m  map[string][]chan ReleaseRequest
+	m  map[string][]*requestListener
 }
 
-func (r *requestListeners) add(channel string, ch chan ReleaseRequest) {
+// requestListener is a hold that listens for requests.
+type requestListener struct {
+	out   chan ReleaseRequest
+	hold  context.Context // the hold's context (RLock.HoldContext): it ends with the hold
+	l     *RLock
+	field string
+
+	// Under requestListeners.mu:
+	acked string // the last Revoke's request it marked heard in Redis
+	ended bool   // the hold has ended: acknowledgements that complete now are withdrawn if it was lost
+}
+
+func (r *requestListeners) add(channel string, lis *requestListener) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
-		r.m = make(map[string][]chan ReleaseRequest)
+		r.m = make(map[string][]*requestListener)
 	}
-	r.m[channel] = append(r.m[channel], ch)
+	r.m[channel] = append(r.m[channel], lis)
 }
 
-// remove stops delivering to ch, and closes it.
-func (r *requestListeners) remove(channel string, ch chan ReleaseRequest) {
+// remove stops delivering to lis, closes its channel, and returns the last request it acknowledged.
+func (r *requestListeners) remove(channel string, lis *requestListener) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l := slices.DeleteFunc(r.m[channel], func(c chan ReleaseRequest) bool { return c == ch })
+	l := slices.DeleteFunc(r.m[channel], func(o *requestListener) bool { return o == lis })
 	if len(l) == 0 {
 		delete(r.m, channel)
 	} else {
 		r.m[channel] = l
 	}
-	close(ch)
+	close(lis.out)
+	lis.ended = true
+	return lis.acked
 }
 
-// deliver gives a request heard on channel to its listeners, each keeping the latest it has not read.
+// deliver gives a request heard on channel, "<from> <request id or '-'> <reason>", to its listeners whose
+// hold goes on, each keeping the latest it has not read, and has a Revoke's request marked heard.
 func (r *requestListeners) deliver(channel, msg string) {
-	from, reason, _ := strings.Cut(msg, " ")
+	from, rest, _ := strings.Cut(msg, " ")
+	id, reason, _ := strings.Cut(rest, " ")
 	req := ReleaseRequest{Reason: reason, From: from}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, ch := range r.m[channel] {
+	var heard *requestListener
+	for _, lis := range r.m[channel] {
+		if lis.hold.Err() != nil {
+			// Its hold has ended, and its listener is on its way out: the request is for a later hold of
+			// the same owner, which did not listen when the request came.
+			continue
+		}
 		select {
-		case <-ch: // an older request not read yet: the newer one replaces it
+		case <-lis.out: // an older request not read yet: the newer one replaces it
 		default:
 		}
-		ch <- req
+		lis.out <- req
+		heard = lis
 	}
+	if heard != nil && id != "-" && heard.l.kind == kindRLock {
+		heard.acknowledge(from + " " + id)
+	}
+}
+
+// acknowledge marks request heard by the listener's hold in Redis, in the background (the hub's delivery
+// must not wait), trying again until Redis answers, up to the watchdog timeout (a marker lives no longer
+// than the lock's TTL, which is at most that unless the hold has a longer lease). If the hold ended
+// meanwhile, lost, the acknowledgement is withdrawn again.
+func (lis *requestListener) acknowledge(request string) {
+	c := lis.l.c
+	c.goBackground(func(life context.Context) {
+		n := lis.heard(life, request, "1")
+		if n != 1 {
+			return
+		}
+		c.requests.mu.Lock()
+		lis.acked = request
+		ended := lis.ended
+		c.requests.mu.Unlock()
+		if ended {
+			lis.withdraw(request)
+		}
+	})
+}
+
+// withdraw deletes the marker of request, which the listener's hold acknowledged, if the hold was lost:
+// lost to an expiry or a deletion that relock's scripts did not see, it may be followed by a hold of the
+// same owner that did not hear (the release of a hold deletes its marker in Redis already, a takeover
+// too). A takeover between the owner's new acquisition and this withdrawal is not prevented: the window
+// is the time this script run takes to arrive.
+func (lis *requestListener) withdraw(request string) {
+	if !errors.Is(context.Cause(lis.hold), ErrLockLost) {
+		return
+	}
+	lis.l.c.goBackground(func(life context.Context) { lis.heard(life, request, "0") })
+}
+
+// heard runs lua/release_request_heard.lua for the listener's hold and request (how: '1' heard, '0'
+// withdrawn), until Redis answers or the watchdog timeout passes; it returns its reply, or -1.
+func (lis *requestListener) heard(life context.Context, request, how string) int64 {
+	l := lis.l
+	keys, args := []string{l.name, undoneKey(l.name)}, []string{lis.field, request, how}
+	return l.c.retryUnknown(life, time.Now().Add(l.c.watchdogTimeout), func(ctx context.Context) (int64, error) {
+		return l.c.run(ctx, scriptRequestHeard, keys, args).AsInt64()
+	})
 }
 
 // TakeOver takes the lock for ctx's owner, whoever holds it, however many times: every holder loses its
@@ -173,13 +250,18 @@ func (l *RLock) TakeOver(ctx context.Context) error {
 	return l.takeOver(ctx, "takeover", "*")
 }
 
-// Revoke asks the lock's holders to release it (RequestRelease, with reason), waits up to grace for the
-// lock, as Lock does, and, if it is still held then, takes it over (TakeOver), but only from the holders
-// that were asked and heard: relock holders that listen for requests. It returns nil when ctx's owner
+// Revoke asks the lock's holders to release it (as RequestRelease, with reason), waits up to grace for the
+// lock, as Lock does, and, if it is still held then, takes it over (as TakeOver), but only from holds
+// that heard the request: holds that were there when it was made and have not ended since (released,
+// lost, taken over), that listen for requests (ReleaseRequests), and whose own Client got the request
+// while they listened and confirmed it in Redis within the grace period. It returns nil when ctx's owner
 // holds the lock, released to it or taken over. It returns ErrNotHeard, leaving the lock to its holder,
-// when a holder could not hear (a Redisson client's holder, a relock holder that does not listen, or one
-// that got the lock after the request). While nobody has heard, the request is made again every grace/5.
-// It applies to the reentrant lock (Client.Lock); other kinds fail with errors.ErrUnsupported.
+// otherwise: a Redisson client's holder, a relock holder that does not listen, or a hold begun after the
+// request, even the same owner's (a hold lost behind relock's back, its key deleted, counts as ended once
+// its Client learns of the loss). While a hold asked has not confirmed, the request is made to it again,
+// at least every grace/5. Of two Revokes of one lock at once, the later request replaces the earlier's,
+// which may then return ErrNotHeard. It applies to the reentrant lock (Client.Lock); other kinds fail
+// with errors.ErrUnsupported.
 func (l *RLock) Revoke(ctx context.Context, reason string, grace time.Duration) error {
 	if err := l.check(ctx); err != nil {
 		return l.fail(ctx, "revoke", err)
@@ -191,36 +273,45 @@ func (l *RLock) Revoke(ctx context.Context, reason string, grace time.Duration) 
 		return l.fail(ctx, "revoke", errors.ErrUnsupported)
 	}
 	deadline := time.Now().Add(grace)
-	a, err := l.requestRelease(ctx, reason)
+	request := l.c.id + " " + l.c.attemptID()
+	message := request + " " + reason
+	sent := time.Now()
+	a, err := l.ask(ctx, "mark", message, request, grace+revokeMargin)
 	if err != nil {
 		return l.fail(ctx, "revoke", err)
 	}
 	step := max(grace/5, 10*time.Millisecond)
 	for {
 		wait := min(step, time.Until(deadline))
-		if wait < 0 {
-			wait = 0
+		if a.life > 0 { // the markers live no longer than the lock's TTL when they were set: renew them
+			wait = min(wait, time.Until(sent.Add(a.life/2)))
 		}
-		ok, err := l.TryLock(ctx, wait, 0)
+		ok, err := l.TryLock(ctx, max(wait, 0), 0)
 		if err != nil || ok {
 			return err
 		}
 		if time.Until(deadline) <= 0 {
 			break
 		}
-		if a.heard == 0 && a.relock { // a listener may have been subscribing: ask again
-			if a, err = l.requestRelease(ctx, reason); err != nil {
+		if a.life > 0 { // the holds asked go on: keep their markers live, and ask again those not heard
+			sent = time.Now()
+			if a, err = l.ask(ctx, "again", message, request, time.Until(deadline)+revokeMargin); err != nil {
 				return l.fail(ctx, "revoke", err)
 			}
 		}
 	}
-	if !a.relock || a.heard == 0 {
+	if !a.relock || a.life == 0 {
 		return l.fail(ctx, "revoke", ErrNotHeard)
 	}
-	return l.takeOver(ctx, "revoke", strings.Join(a.holders, "\n"))
+	return l.takeOver(ctx, "revoke", request)
 }
 
-// takeOver runs lua/rlock_takeover.lua for ctx's owner, taking the lock from expected ('*': anyone).
+// revokeMargin is how long a Revoke's markers may outlive its grace period: time for its last TryLock to
+// return and its takeover to arrive. (They never outlive the hold they were left for.)
+const revokeMargin = 2 * time.Second
+
+// takeOver runs lua/rlock_takeover.lua for ctx's owner, taking the lock from anyone (expected '*'), or
+// from the holds that heard a Revoke's request (expected that request).
 func (l *RLock) takeOver(ctx context.Context, op, expected string) error {
 	owner, err := l.prepare(ctx)
 	if err != nil {
@@ -236,18 +327,15 @@ func (l *RLock) takeOver(ctx context.Context, op, expected string) error {
 	field := l.spec.field(owner)
 	k := holdKey{key: l.name, field: field}
 	ttl, ttlArg := l.c.watchdogTimeout, l.c.watchdogTimeoutArg
-	if capped, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
+	if capped, end, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
 		return l.fail(ctx, op, err)
-	} else if capped != ttl {
-		ttl, ttlArg = capped, fmtMillis(capped)
+	} else if capped != ttl || end != 0 {
+		ttl, ttlArg = capped, holdTTLArg(capped, end)
 	}
-	if _, err := l.c.holds.prepare(ctx, k); err != nil {
-		return l.fail(ctx, op, err)
-	}
-	if err := l.c.holds.beginAttempt(ctx, k); err != nil {
+	if err := l.c.holds.beginTurn(ctx, k); err != nil {
 		return l.fail(ctx, op, err)
 	}
-	defer l.c.holds.endAttempt(k)
+	defer l.c.holds.endTurn(k)
 	attempt := l.c.attemptID()
 	s := l.spec.(*rlockSpec)
 	sentAt := time.Now()
@@ -259,19 +347,24 @@ func (l *RLock) takeOver(ctx context.Context, op, expected string) error {
 		}
 		return l.fail(ctx, op, err)
 	}
-	if reply[0] != 1 {
-		return l.fail(ctx, op, ErrNotHeard) // the holders changed since the request
+	switch reply[0] {
+	case -3: // the owner's hold's budget had ended on Redis's clock: nothing changed
+		return l.fail(ctx, op, ErrMaxHoldReached)
+	case 1:
+	default:
+		return l.fail(ctx, op, ErrNotHeard) // a hold that did not hear the request holds the lock
 	}
 	if !l.c.holds.acquired(k, acquisition{kind: l.kind, name: l.name, count: 1, ttl: ttl, budget: l.maxHold,
-		sentAt: sentAt, renew: l.spec.renewal(field), token: uint64(reply[2]), parent: ctx, giver: l}) {
+		sentAt: sentAt, renew: l.spec.renewal(field), token: uint64(reply[2]), granted: reply[3], parent: ctx, giver: l}) {
 		return l.fail(ctx, op, ErrClosed)
 	}
 	return nil
 }
 
 // RequestStepDown asks the election's leader to step down, telling it reason, as RLock.RequestRelease asks
-// a lock's holder: a leader that listens (StepDownRequests) hears it, and may Resign. It reports how many
-// Clients heard it (0 when there is no leader, or it does not listen).
+// a lock's holder: a leader that listens (StepDownRequests) hears it, and may Resign. It reports what
+// RequestRelease does: the subscribers of the leader's request channel (0 when there is no leader, or it
+// does not listen).
 func (e *Election) RequestStepDown(ctx context.Context, reason string) (int, error) {
 	if e == nil || e.c == nil {
 		return 0, wrapErrCtx(ctx, "requeststepdown", "", ErrNilClient)

@@ -3,8 +3,11 @@ package relock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/redistest"
@@ -132,6 +135,40 @@ func TestTakenOverHolderCannotWrite(t *testing.T) {
 	}
 }
 
+// A grace period longer than the lock's time to live (its holder's watchdog renews it every 100 ms) still
+// ends in a takeover of a holder that heard and keeps the lock: the request outlives the lock's TTL at the
+// time it was made, as long as the hold asked goes on.
+func TestRevokeTakesOverAfterAGraceLongerThanTheLockTTL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, &relock.Options{WatchdogTimeout: 300 * time.Millisecond}), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	la, lb := a.Lock("revoke-long"), b.Lock("revoke-long")
+	if err := la.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held, _ := la.HoldContext(ctx)
+	if _, err := la.ReleaseRequests(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const grace = 1500 * time.Millisecond
+	start := time.Now()
+	if err := lb.Revoke(ctx, "long", grace); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < grace {
+		t.Fatalf("took over after %v, before the grace period of %v", d, grace)
+	}
+	select {
+	case <-held.Done():
+		if !errors.Is(context.Cause(held), relock.ErrLockLost) {
+			t.Fatalf("the old holder's cause = %v; want ErrLockLost", context.Cause(held))
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the old holder did not learn of the takeover within 2 s")
+	}
+}
+
 // A holder that cannot hear, relock's not listening or Redisson's, is never taken over by Revoke; only
 // TakeOver, the explicit step, takes the lock from it.
 func TestRevokeNeverTakesFromAHolderThatCannotHear(t *testing.T) {
@@ -216,4 +253,232 @@ func TestElectionStepDownRequest(t *testing.T) {
 	if l, err := eb.Leader(ctx); err != nil || l.Value != "b" {
 		t.Fatalf("leader = %+v, %v; want b", l, err)
 	}
+}
+
+// Revoke takes a lock over only when the holder's own Client heard the request for that hold: other
+// Clients and programs subscribed to request channels are not the holder. Here the holder does not
+// listen, while a former holder's Client (taken over, it does not know yet: it does not watch its holds)
+// still listens, a plain subscriber listens on the lock's request channel, and then a pattern subscriber
+// on every request channel too: Revoke returns ErrNotHeard and the holder keeps the lock.
+func TestRevokeNotHeardByOtherSubscribers(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	former := newClient(t, srv, &relock.Options{NoHoldWatch: true})
+	holder, requester := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	const name = "revoke-others"
+	lf, lh, lr := former.Lock(name), holder.Lock(name), requester.Lock(name)
+	if err := lf.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lf.ReleaseRequests(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lh.TakeOver(ctx); err != nil { // the former holder's Client learns of it at its watchdog's check
+		t.Fatal(err)
+	}
+	subscribeRaw(t, srv, "relock_release_request:{"+name+"}")
+	if n, err := lr.RequestRelease(ctx, "x"); err != nil || n != 0 {
+		t.Fatalf("RequestRelease to a holder that does not listen = %d, %v; want 0 heard", n, err)
+	}
+	if err := lr.Revoke(ctx, "x", 200*time.Millisecond); !errors.Is(err, relock.ErrNotHeard) {
+		t.Fatalf("Revoke of a holder that does not listen, while others do = %v; want ErrNotHeard", err)
+	}
+	if held, _ := lh.IsHeld(ctx); !held {
+		t.Fatal("Revoke took the lock from a holder that does not listen")
+	}
+	psubscribeRaw(t, srv, "relock_release_request:*")
+	if err := lr.Revoke(ctx, "x", 200*time.Millisecond); !errors.Is(err, relock.ErrNotHeard) {
+		t.Fatalf("Revoke of a holder that does not listen, with a pattern subscriber = %v; want ErrNotHeard", err)
+	}
+	if held, _ := lh.IsHeld(ctx); !held {
+		t.Fatal("Revoke took the lock from a holder that does not listen, with a pattern subscriber")
+	}
+	if held, _ := lf.HoldContext(ctx); held.Err() != nil {
+		t.Fatal("the test needs a former holder whose Client still listens")
+	}
+}
+
+// A holder that heard a request and let go, then took the lock again at once (the same owner: the
+// takeover cannot tell the new hold's field from the old one's), is not taken over: its new hold began
+// after the request. Every other round the new hold listens, once it holds: a request made before it
+// listened is not one it heard. (The requester, whose link is slower, may take the lock first when it is
+// free: a release.)
+func TestRevokeSparesAHoldBegunAfterTheRequest(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	proxy.SetLatency(10 * time.Millisecond)
+	a, b := newClient(t, srv, nil), clientAt(t, proxy.Addr, nil)
+	ctx := ctxTimeout(t, 60*time.Second)
+	la, lb := a.Lock("revoke-again"), b.Lock("revoke-again")
+	holder, requester := relock.WithOwner(ctx, "holder"), relock.WithOwner(ctx, "requester")
+	again := 0
+	for round := range 20 {
+		if err := la.Lock(holder); err != nil {
+			t.Fatal(err)
+		}
+		requests, err := la.ReleaseRequests(holder)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revoked := make(chan error, 1)
+		go func() { revoked <- lb.Revoke(requester, "again", 300*time.Millisecond) }()
+		select {
+		case <-requests:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the holder did not hear the request", round)
+		}
+		if err := la.Unlock(holder); err != nil {
+			t.Fatal(err)
+		}
+		ok, err := la.TryLock(holder, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok { // the requester took the free lock
+			if err := <-revoked; err != nil {
+				t.Fatalf("round %d: Revoke of a released lock = %v", round, err)
+			}
+			if err := lb.Unlock(requester); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		again++
+		if round%2 == 1 {
+			if _, err := la.ReleaseRequests(holder); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held, _ := la.HoldContext(holder)
+		if err := <-revoked; !errors.Is(err, relock.ErrNotHeard) {
+			t.Fatalf("round %d: Revoke of a hold begun after its request = %v; want ErrNotHeard", round, err)
+		}
+		if held.Err() != nil {
+			t.Fatalf("round %d: the new hold ended: %v", round, context.Cause(held))
+		}
+		if err := la.Unlock(holder); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again == 0 {
+		t.Fatal("the holder never took the lock again before the requester: the test showed nothing")
+	}
+	t.Logf("the holder took the lock again in %d of 20 rounds", again)
+}
+
+// A holder whose lease ran out after it heard a request, and that took the lock again at once (the same
+// owner), is not taken over: the hold that heard has ended. (The requester's link is slower, so that the
+// holder takes the lock again first.)
+func TestRevokeSparesAHoldTakenAgainAfterItsLeaseEnded(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	proxy.SetLatency(50 * time.Millisecond)
+	a, b := newClient(t, srv, nil), clientAt(t, proxy.Addr, nil)
+	ctx := ctxTimeout(t, 20*time.Second)
+	la, lb := a.Lock("revoke-lease"), b.Lock("revoke-lease")
+	holder := relock.WithOwner(ctx, "holder")
+	if ok, err := la.TryLock(holder, 0, 400*time.Millisecond); !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	first, _ := la.HoldContext(holder)
+	requests, err := la.ReleaseRequests(holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked := make(chan error, 1)
+	go func() { revoked <- lb.Revoke(ctx, "lease", 1500*time.Millisecond) }()
+	select {
+	case <-requests:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder did not hear the request")
+	}
+	<-first.Done() // the lease ends
+	if ok, err := la.TryLock(holder, 0, 0); !ok || err != nil {
+		t.Fatalf("TryLock after the lease = %v, %v; the test needs the holder to take the lock again first", ok, err)
+	}
+	held, _ := la.HoldContext(holder)
+	if err := <-revoked; !errors.Is(err, relock.ErrNotHeard) {
+		t.Fatalf("Revoke of a hold begun after its request = %v; want ErrNotHeard", err)
+	}
+	if held.Err() != nil {
+		t.Fatalf("the new hold ended: %v", context.Cause(held))
+	}
+}
+
+// A holder whose lock was deleted behind relock's back after it heard a request (its Client learns of
+// the loss at once, watching its holds), and that took the lock again at once (the same owner), is not
+// taken over: the hold that heard was lost, and its Client withdraws what it told the requester. (The
+// requester's link is slower, so that the holder takes the lock again first.)
+func TestRevokeSparesAHoldTakenAgainAfterItWasDeleted(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	proxy.SetLatency(50 * time.Millisecond)
+	a, b := newClient(t, srv, nil), clientAt(t, proxy.Addr, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	const name = "revoke-deleted"
+	la, lb := a.Lock(name), b.Lock(name)
+	holder := relock.WithOwner(ctx, "holder")
+	if err := la.Lock(holder); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := la.HoldContext(holder)
+	requests, err := la.ReleaseRequests(holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked := make(chan error, 1)
+	go func() { revoked <- lb.Revoke(ctx, "deleted", time.Second) }()
+	select {
+	case <-requests:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder did not hear the request")
+	}
+	// Its Client has told the requester that the hold heard (the marker of lua/lib/requests.lua).
+	marker := "?request " + a.ID() + ":holder"
+	eventually(t, 5*time.Second, "the holder's acknowledgement", func() bool {
+		v, _ := do(t, rdb, "HGET", "relock_undone:{"+name+"}", marker).ToString()
+		f := strings.Fields(v)
+		return len(f) > 1 && f[1] == "1"
+	})
+	do(t, rdb, "DEL", name)
+	select {
+	case <-first.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder did not learn of its loss")
+	}
+	if ok, err := la.TryLock(holder, 0, 0); !ok || err != nil {
+		t.Fatalf("TryLock after the loss = %v, %v; the test needs the holder to take the lock again first", ok, err)
+	}
+	held, _ := la.HoldContext(holder)
+	if err := <-revoked; !errors.Is(err, relock.ErrNotHeard) {
+		t.Fatalf("Revoke of a hold begun after its request = %v; want ErrNotHeard", err)
+	}
+	if held.Err() != nil {
+		t.Fatalf("the new hold ended: %v", context.Cause(held))
+	}
+}
+
+// psubscribeRaw subscribes to pattern on its own connection to srv, as a program other than relock would;
+// it returns once Redis counts the subscription.
+func psubscribeRaw(t *testing.T, srv *redistest.Server, pattern string) {
+	t.Helper()
+	sub, rdb := rawClient(t, srv), rawClient(t, srv)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	numpat := func() int64 { n, _ := do(t, rdb, "PUBSUB", "NUMPAT").AsInt64(); return n }
+	before := numpat()
+	go func() {
+		defer close(done)
+		_ = sub.Receive(ctx, sub.B().Psubscribe().Pattern(pattern).Build(), func(rueidis.PubSubMessage) {})
+	}()
+	eventually(t, 3*time.Second, "the raw pattern subscription", func() bool { return numpat() > before })
 }

@@ -30,7 +30,7 @@ func HoldRisk(ctx context.Context) (atRisk bool, changed <-chan struct{}, err er
 	w, h := ref.w, ref.h
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if h.ended {
+	if h.phase == phaseEnded {
 		return false, nil, ErrNotHeld
 	}
 	now := time.Now()
@@ -93,7 +93,7 @@ func (w *holdTable) watchExpiryLocked(h *hold, now time.Time) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		h.riskTimer = nil
-		if h.ended || h.riskChanged == nil {
+		if h.phase == phaseEnded || h.riskChanged == nil {
 			return
 		}
 		now := time.Now()

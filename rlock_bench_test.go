@@ -68,7 +68,7 @@ func (r *rawLock) lockUnlock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if len(got) != 3 || got[0] != 1 || got[1] != 1 {
+	if len(got) != 4 || got[0] != 1 || got[1] != 1 { // {1, count, token, Redis's clock} (lua/lib/hold.lua)
 		return fmt.Errorf("raw acquire replied %v", got)
 	}
 	left, err := r.release.Exec(ctx, r.rdb, r.relKeys, r.relArgs).AsInt64()

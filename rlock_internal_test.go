@@ -91,7 +91,7 @@ func TestUndoOvertakingItsAttempt(t *testing.T) {
 				}
 				return n
 			}
-			attempt := func(id string) [3]int64 { // the attempt, arriving; its reply goes nowhere
+			attempt := func(id string) [4]int64 { // the attempt, arriving; its reply goes nowhere
 				t.Helper()
 				reply, err := c.scripts.runAcquire(ctx, l.spec.acquire(acquireCall{
 					ttl: c.watchdogTimeoutArg, owner: owner, field: field, attempt: id}))
@@ -104,7 +104,7 @@ func TestUndoOvertakingItsAttempt(t *testing.T) {
 			late := c.attemptID()
 			l.undoAcquire(k, c.watchdogTimeout, late)
 			l.settled(ctx)
-			if got := attempt(late); got != [3]int64{-2, 0, 0} {
+			if got := attempt(late); got != [4]int64{-2, 0, 0} {
 				t.Fatalf("the attempt arriving after its undo replied %v, want [-2 0 0]", got)
 			}
 			if n := count(); n != "1" {

@@ -91,6 +91,7 @@ var (
 	scriptGuardedEval      = loadScript("guarded_eval") // an opening: the user's script follows it (see guardedScript)
 	scriptFencedWrite      = loadScript("fenced_write")
 	scriptReleaseRequest   = loadScript("release_request")
+	scriptRequestHeard     = loadScript("release_request_heard")
 	scriptTakeOver         = loadScript("rlock_takeover")
 )
 
@@ -194,8 +195,9 @@ func boundRead(ctx context.Context) (context.Context, func(), bool) {
 type runner interface {
 	// runInt runs one script whose reply is an integer.
 	runInt(ctx context.Context, call scriptCall) (int64, error)
-	// runAcquire runs one acquisition script, whose reply is three integers.
-	runAcquire(ctx context.Context, call scriptCall) ([3]int64, error)
+	// runAcquire runs one acquisition script, whose reply is three integers, and a fourth for a grant (see
+	// acquireReply).
+	runAcquire(ctx context.Context, call scriptCall) ([4]int64, error)
 	// runInts runs one script whose reply is a list of integers.
 	runInts(ctx context.Context, call scriptCall) ([]int64, error)
 	// runBatch runs many scripts at once, each replying a list of integers: one round trip per node.
@@ -209,7 +211,7 @@ func (r rueidisRunner) runInt(ctx context.Context, call scriptCall) (int64, erro
 	return r.c.run(ctx, call.script, call.keys, call.args).AsInt64()
 }
 
-func (r rueidisRunner) runAcquire(ctx context.Context, call scriptCall) ([3]int64, error) {
+func (r rueidisRunner) runAcquire(ctx context.Context, call scriptCall) ([4]int64, error) {
 	return acquireReply(r.c.run(ctx, call.script, call.keys, call.args))
 }
 
@@ -217,9 +219,10 @@ func (r rueidisRunner) runInts(ctx context.Context, call scriptCall) ([]int64, e
 	return r.c.run(ctx, call.script, call.keys, call.args).AsIntSlice()
 }
 
-// acquireReply reads an acquisition's reply, three integers, without allocating.
-func acquireReply(r rueidis.RedisResult) ([3]int64, error) {
-	var reply [3]int64
+// acquireReply reads an acquisition's reply, three integers, without allocating; a grant's has a fourth,
+// Redis's clock in milliseconds when it ran (lua/lib/hold.lua), which is 0 when the reply has none.
+func acquireReply(r rueidis.RedisResult) ([4]int64, error) {
+	var reply [4]int64
 	msg, err := r.ToMessage()
 	if err != nil {
 		return reply, err
@@ -228,7 +231,7 @@ func acquireReply(r rueidis.RedisResult) ([3]int64, error) {
 	if err != nil {
 		return reply, err
 	}
-	if len(vals) != len(reply) {
+	if len(vals) != len(reply) && len(vals) != len(reply)-1 {
 		return reply, errUnexpectedReply
 	}
 	for i := range vals {

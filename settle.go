@@ -2,144 +2,39 @@ package relock
 
 import (
 	"context"
+	"slices"
 	"time"
+
+	"github.com/relock-go/relock/internal/invariant"
 )
 
-// prepare waits until nothing settles k, and returns the hold count known for it. It waits for a
-// settling only until the settling's next attempt fails (Redis unreachable, or not answering): it then
-// fails with errSettling, which matches ErrUnavailable, and nothing is sent. (The settling goes on: an undo
-// until Redis answers, a release until then or until the hold it settles would have expired.) So the owner's next operation waits for at
-// most one attempt, a second at worst (retryAttemptTimeout), while Redis does not answer.
-func (w *holdTable) prepare(ctx context.Context, k holdKey) (int64, error) {
-	for {
-		w.mu.Lock()
-		h := w.holds[k]
-		if h == nil {
-			w.mu.Unlock()
-			return 0, nil
-		}
-		count, settling, failed := h.count, h.settling, h.settleFailed
-		w.mu.Unlock()
-		if settling == nil {
-			return count, nil
-		}
-		select {
-		case <-settling:
-		case <-failed.done:
-			return 0, settlingError(failed.err)
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
-}
-
-// beginAttempt waits until no other acquisition attempt of k's owner on k's lock is in flight on this
-// Client, and makes the caller's the one; endAttempt, called once its outcome is known (recorded as a
-// hold, or its undo begun: see RLock.undoAcquire), lets the next one go. Two goroutines of one owner
-// (WithOwner) may acquire a lock at once: were their attempts in flight together, the undo of one whose
-// reply was lost could not tell its own level from the other's (lua/undo_acquire.lua counts levels), and
-// would release the hold the other had just been granted (an Election, whose owner holds once, lost its
-// leadership so). An attempt that waits here has sent nothing: ctx ending returns its error, with nothing
-// to undo. Only an attempt that finds another in flight allocates (the channel it waits on). An owner's
-// Campaigns take turns the same way (see Election.Campaign).
-func (w *holdTable) beginAttempt(ctx context.Context, k holdKey) error {
-	for {
-		w.mu.Lock()
-		ch, busy := w.attempting[k]
-		if !busy {
-			w.attempting[k] = nil
-			w.mu.Unlock()
-			return nil
-		}
-		if ch == nil {
-			ch = make(chan struct{})
-			w.attempting[k] = ch
-		}
-		w.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// tryBeginAttempt makes an attempt of k's owner the one in flight, as beginAttempt does, if no other is
-// and k has no hold and nothing settling: a handoff to the owner (see gates) is such an attempt. It
-// reports whether it did; the caller then calls endAttempt, or has the handoff's recipient call it.
-func (w *holdTable) tryBeginAttempt(k holdKey) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if _, busy := w.attempting[k]; busy {
-		return false
-	}
-	if h := w.holds[k]; h != nil && (h.settling != nil || h.count > 0) {
-		return false
-	}
-	w.attempting[k] = nil
-	return true
-}
-
-// settling reports whether k's hold is being settled (see prepare).
-func (w *holdTable) settling(k holdKey) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	h := w.holds[k]
-	return h != nil && h.settling != nil
-}
-
-// endAttempt ends the attempt beginAttempt let through, and wakes the attempts waiting for it.
-func (w *holdTable) endAttempt(k holdKey) {
-	w.mu.Lock()
-	ch := w.attempting[k]
-	delete(w.attempting, k)
-	w.mu.Unlock()
-	if ch != nil {
-		close(ch)
-	}
-}
-
-// settleFailing notes that an attempt of the settling of k failed with err (nil: it did not fail), and
-// tells the operations waiting for the settling (see prepare). It is for the settlings that have no
-// settlement (a give-up: see giver); the others tell theirs.
-func (w *holdTable) settleFailing(k holdKey, err error) {
-	if err == nil {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if h := w.holds[k]; h != nil {
-		h.settleFailingLocked(err)
-	}
-}
-
-func (h *hold) settleFailingLocked(err error) {
-	if h.settling == nil {
-		return
-	}
-	h.settleFailed.err = err
-	close(h.settleFailed.done)
-	h.settleFailed = newFailure()
-}
-
-// settlement is one settling of a hold record, started by settle or unlocking: the failures of its
-// attempts and its end are told through it to the record it began on, even once the table no longer has
-// that record (the watchdog drops a queue entry whose refreshes fail), so that whoever waits for it (see
-// prepare) hears of both.
-type settlement struct {
-	w  *holdTable
-	h  *hold
-	ch chan struct{}
-}
-
-// failing notes that an attempt of the settling failed with err (nil: it did not fail).
-func (s settlement) failing(err error) {
-	if err == nil {
-		return
-	}
-	s.w.mu.Lock()
-	defer s.w.mu.Unlock()
-	s.h.settleFailingLocked(err)
+// An owner's operations on one lock take turns on its Client, and wait for the settling of earlier ones
+// whose outcome was not learnt.
+//
+// A turn is held by one operation of the owner on the lock at a time, from just before its script is sent
+// until its reply is recorded: an acquisition attempt (or a handoff to the owner), a release, an Extend.
+// So the hold table records their replies in the order Redis ran them: a reply of a first hold while the
+// owner held the lock can only mean that Redis had lost the hold (holdstate.go). A turn is only ever held
+// across one round trip; the waits of an acquisition are not in it.
+//
+// A settling is the completion, in the background, of an operation of the owner whose reply was lost:
+// the undo of an acquisition (RLock.undoAcquire), the release of an Unlock that could not learn its
+// outcome (releaseInBackground), the give-up of a hold the watchdog ended while Redis may have it, a wait
+// queue entry's leave. Its life:
+//
+//	running --failed(err)--> running   the operations waiting for it are told (prepare fails with errSettling)
+//	running --done(count)--> done      the owner's hold, if any, takes the count Redis answered (< 0: unknown)
+//
+// While one runs, the owner's operations on the lock wait (beginTurn, prepare), so that it sees counts
+// nobody else is changing; but only until one of its attempts fails (Redis unreachable): then they fail
+// with errSettling, which matches ErrUnavailable, and nothing is sent. So the owner's next operation waits
+// for at most one attempt, a second at worst (retryAttemptTimeout), while Redis does not answer.
+type settling struct {
+	w     *holdTable
+	key   holdKey
+	over  bool          // done: the settling has ended
+	ch    chan struct{} // closed at done
+	fails *failure      // closed, and replaced, at each failed attempt
 }
 
 // failure is closed once, with the error it failed with.
@@ -150,81 +45,229 @@ type failure struct {
 
 func newFailure() *failure { return &failure{done: make(chan struct{})} }
 
-// startSettlingLocked makes ch h's settling.
-func (h *hold) startSettlingLocked(ch chan struct{}) {
-	h.settling, h.settleFailed = ch, newFailure()
+// beginSettlingLocked starts a settling of k, after those of k still running.
+func (w *holdTable) beginSettlingLocked(k holdKey) *settling {
+	s := &settling{w: w, key: k, ch: make(chan struct{}), fails: newFailure()}
+	w.settlings[k] = append(w.settlings[k], s)
+	return s
 }
 
-// settle marks k as being settled, until the settlement it returns is done.
-func (w *holdTable) settle(k holdKey) (prior int64, s settlement) {
-	w.mu.Lock()
-	h := w.holds[k]
-	if h == nil {
-		h = &hold{key: k, index: -1}
-		w.holds[k] = h
+// failing notes that an attempt of the settling failed with err (nil: it did not fail), and tells the
+// operations waiting for it (see prepare).
+func (s *settling) failing(err error) {
+	if err == nil {
+		return
 	}
-	prior = h.count
-	ch := make(chan struct{})
-	h.startSettlingLocked(ch)
+	w := s.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s.failingLocked(err)
+}
+
+func (s *settling) failingLocked(err error) {
+	if s.over {
+		return
+	}
+	s.fails.err = err
+	close(s.fails.done)
+	s.fails = newFailure()
+}
+
+// done ends the settling, given the hold count then known for its key (< 0: unknown). When no other
+// settling of the key runs, the owner's hold, if the table has one, takes that count, and ends at 0.
+func (s *settling) done(count int64) {
+	w := s.w
+	var out stepped
+	w.mu.Lock()
+	if s.over {
+		w.mu.Unlock()
+		if invariant.On() {
+			invariant.Failf("settling of %q of %q: done twice", s.key.field, s.key.key)
+		}
+		return
+	}
+	s.over = true
+	close(s.ch)
+	running := slices.DeleteFunc(w.settlings[s.key], func(x *settling) bool { return x == s })
+	if len(running) == 0 {
+		delete(w.settlings, s.key)
+		w.stepLocked(w.holds[s.key], holdEvent{ev: evSettled, n: count}, &out)
+	} else {
+		w.settlings[s.key] = running
+	}
+	if invariant.On() && slices.Contains(w.settlings[s.key], s) {
+		invariant.Failf("settling of %q of %q: still running once done", s.key.field, s.key.key)
+	}
 	w.mu.Unlock()
-	return prior, settlement{w, h, ch}
+	out.finish(w.c.tel)
+}
+
+// prepare waits until nothing settles k, and returns the hold count known for it; it fails with
+// errSettling once an attempt of the settling it waits for fails (see settling).
+func (w *holdTable) prepare(ctx context.Context, k holdKey) (int64, error) {
+	for {
+		w.mu.Lock()
+		running := w.settlings[k]
+		if len(running) == 0 {
+			var count int64
+			if h := w.holds[k]; h != nil {
+				count = h.count
+			}
+			w.mu.Unlock()
+			return count, nil
+		}
+		s := running[len(running)-1]
+		ch, failed := s.ch, s.fails
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-failed.done:
+			return 0, settlingError(failed.err)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// beginTurn waits until nothing settles k (as prepare does) and no other operation of k's owner on k's
+// lock has its turn, and gives the caller the turn; endTurn ends it. An operation that waits here has
+// sent nothing: ctx ending returns its error, with nothing to undo. Only an operation that finds another
+// in its turn allocates (the channel it waits on).
+func (w *holdTable) beginTurn(ctx context.Context, k holdKey) error {
+	for {
+		if _, err := w.prepare(ctx, k); err != nil {
+			return err
+		}
+		w.mu.Lock()
+		if len(w.settlings[k]) > 0 { // a settling began meanwhile: wait for it first
+			w.mu.Unlock()
+			continue
+		}
+		ch, busy := w.turns[k]
+		if !busy {
+			w.turns[k] = nil
+			w.mu.Unlock()
+			return nil
+		}
+		if ch == nil {
+			ch = make(chan struct{})
+			w.turns[k] = ch
+		}
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// beginAttempt takes k's turn without waiting for k's settlings: for turns that are not a hold's (an
+// owner's Campaigns of an Election take turns so, see Election.Campaign).
+func (w *holdTable) beginAttempt(ctx context.Context, k holdKey) error {
+	for {
+		w.mu.Lock()
+		ch, busy := w.turns[k]
+		if !busy {
+			w.turns[k] = nil
+			w.mu.Unlock()
+			return nil
+		}
+		if ch == nil {
+			ch = make(chan struct{})
+			w.turns[k] = ch
+		}
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// tryBeginTurn gives the caller k's turn, as beginTurn does, if nobody has it, nothing settles k and k has
+// no hold: a handoff to the owner (see gates) takes its turn so. It reports whether it did; the caller then
+// calls endTurn, or has the handoff's recipient call it.
+func (w *holdTable) tryBeginTurn(k holdKey) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, busy := w.turns[k]; busy || len(w.settlings[k]) > 0 || w.holds[k] != nil {
+		return false
+	}
+	w.turns[k] = nil
+	return true
+}
+
+// endTurn ends the turn beginTurn gave, and wakes the operations waiting for it.
+func (w *holdTable) endTurn(k holdKey) {
+	w.mu.Lock()
+	ch, busy := w.turns[k]
+	delete(w.turns, k)
+	w.mu.Unlock()
+	if !busy && invariant.On() {
+		invariant.Failf("turn of %q of %q ended, but nobody had it", k.field, k.key)
+	}
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// endAttempt ends a turn that beginAttempt gave.
+func (w *holdTable) endAttempt(k holdKey) { w.endTurn(k) }
+
+// settleFailing notes that an attempt of the settling of k under way failed with err (nil: it did not
+// fail), and tells the operations waiting for it (see prepare): for the settlings that do not hold their
+// settling (a give-up: see giver).
+func (w *holdTable) settleFailing(k holdKey, err error) {
+	if err == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.settlings[k] {
+		s.failingLocked(err)
+	}
+}
+
+// settle starts a settling of k (an undo, a queue entry's leave), until done is called on what it returns,
+// and returns the hold count known for k.
+func (w *holdTable) settle(k holdKey) (prior int64, s *settling) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.holds[k]; h != nil {
+		prior = h.count
+	}
+	return prior, w.beginSettlingLocked(k)
 }
 
 // unlocking marks the owner's hold k as being released in the background (an Unlock that could not learn
 // the outcome of its release, or could not send it), one level less than the Client knew. If that release is
-// the owner's last (no level is left), the hold ends now for the Client: the watchdog stops renewing it and its contexts end
-// with context.Canceled. Until done is called with the count Redis answered (negative: no answer), the
-// owner's next operation on the lock waits. after is the settling the release must wait for first (an
-// earlier operation of the owner whose outcome is being settled), or nil; deadline is when the hold would
-// have expired, after which there is nothing left to release.
-func (w *holdTable) unlocking(k holdKey) (after <-chan struct{}, deadline time.Time, s settlement) {
+// the owner's last (no level is left), the hold ends now for the Client: the watchdog stops renewing it and
+// its contexts end with context.Canceled. Until done is called with the count Redis answered (negative: no
+// answer), the owner's next operation on the lock waits. after is the settling the release must wait for
+// first (an earlier operation of the owner whose outcome is being settled), or nil; deadline is when the
+// hold would have expired, after which there is nothing left to release.
+func (w *holdTable) unlocking(k holdKey) (after <-chan struct{}, deadline time.Time, s *settling) {
+	var out stepped
 	w.mu.Lock()
-	now := time.Now()
-	deadline = now.Add(w.timeout)
-	h := w.holds[k]
-	var e ending
-	if h != nil {
-		if h.settling != nil {
-			after = h.settling
-		}
-		if !h.acquiredAt.IsZero() {
-			deadline = h.expiresAt
-			// The owner gave this level up, whenever Redis hears of it: its last Unlock ends the hold now,
-			// even while earlier ones are still being completed.
-			h.count--
-			if h.count <= 0 {
-				e = w.endLocked(h, context.Canceled)
-				h = nil
-			}
-		}
+	deadline = time.Now().Add(w.timeout)
+	if running := w.settlings[k]; len(running) > 0 {
+		after = running[len(running)-1].ch
 	}
-	if h == nil {
-		h = &hold{key: k, index: -1}
-		w.holds[k] = h
+	if h := w.holds[k]; h != nil {
+		deadline = h.expiresAt
+		w.stepLocked(h, holdEvent{ev: evUnlockedInBackground}, &out)
 	}
-	ch := make(chan struct{})
-	h.startSettlingLocked(ch)
+	s = w.beginSettlingLocked(k)
 	w.mu.Unlock()
-	e.report(w.c.tel)
-	return after, deadline, settlement{w, h, ch}
+	out.finish(w.c.tel)
+	return after, deadline, s
 }
 
-// done ends the settling, given the hold count then known (negative: unchanged); a hold left with no
-// count ends.
-func (s settlement) done(count int64) {
-	w, h := s.w, s.h
+// settling reports whether k is being settled (see prepare).
+func (w *holdTable) settling(k holdKey) bool {
 	w.mu.Lock()
-	if count >= 0 {
-		h.count = count
-	}
-	if h.settling == s.ch {
-		h.settling, h.settleFailed = nil, nil
-	}
-	close(s.ch)
-	var e ending
-	if h.count <= 0 && h.settling == nil {
-		e = w.endLocked(h, context.Canceled)
-	}
-	w.mu.Unlock()
-	e.report(w.c.tel)
+	defer w.mu.Unlock()
+	return len(w.settlings[k]) > 0
 }

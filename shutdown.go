@@ -67,6 +67,7 @@ func (c *Client) shutdown(ctx context.Context, abandon bool) error {
 	c.bgMu.Unlock()
 	c.ops.close()
 	if abandon {
+		c.stoppedShort.Store(true)
 		c.bg.close()
 		c.end()
 	}
@@ -92,6 +93,7 @@ func (c *Client) shutdown(ctx context.Context, abandon bool) error {
 		if err = c.ops.wait(ctx); err == nil {
 			err = c.bg.wait(ctx)
 		}
+		c.stoppedShort.Store(err != nil)
 	}
 	// The end: background work still under way is cancelled (an attempt alone on its connection goes on
 	// until its own deadline, at most retryAttemptTimeout: rueidis ignores an earlier cancellation there).
@@ -211,28 +213,29 @@ func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
 // shut ends every hold as Close begins: their contexts end with errGivenUp (with errClientClosed when the
 // Client is abandoned), the watchdog stops renewing them, and acquisitions that land from now on are given
 // up as they land (see acquired). It returns what Close gives up in Redis: every hold and wait queue entry,
-// unless abandoned. A placeholder (an operation of the owner being settled, with no hold of its own) is
-// left alone: what settles it is background work, which Close waits for.
+// unless abandoned. A settling (an operation of the owner whose outcome was not learnt) is background
+// work, which Close waits for; a hold's give-up waits for it first.
 func (w *holdTable) shut(abandon bool) []relinquishment {
 	cause := errGivenUp
 	if abandon {
 		cause = errClientClosed
 	}
+	var out stepped
+	var gives []relinquishment
 	w.mu.Lock()
 	w.closed = true
-	var ended []ending
-	var gives []relinquishment
-	for _, h := range w.holds {
-		if h.acquiredAt.IsZero() {
-			continue
-		}
+	for k, h := range w.holds {
 		if !abandon && h.giver != nil {
-			gives = append(gives, relinquishment{k: h.key, giver: h.giver, settling: h.settling, deadline: h.expiresAt})
+			var after chan struct{}
+			if running := w.settlings[k]; len(running) > 0 {
+				after = running[len(running)-1].ch
+			}
+			gives = append(gives, relinquishment{k: k, giver: h.giver, settling: after, deadline: h.expiresAt})
 		}
-		ended = append(ended, w.endLocked(h, cause))
+		w.stepLocked(h, holdEvent{ev: evShut, cause: cause}, &out)
 	}
 	w.mu.Unlock()
-	reportAll(w.c.tel, ended)
+	out.finish(w.c.tel)
 	return gives
 }
 
@@ -251,8 +254,8 @@ type giver interface {
 type relinquishment struct {
 	k        holdKey
 	giver    giver
-	settling chan struct{} // an earlier operation of the owner being settled, to wait for; or nil
-	deadline time.Time     // when the hold expires by itself: nothing to give up after that
+	settling <-chan struct{} // an earlier operation of the owner being settled, to wait for; or nil
+	deadline time.Time       // when the hold expires by itself: nothing to give up after that
 }
 
 // run gives the hold up, once what settles it is over.

@@ -61,6 +61,9 @@ func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, 
 	})
 	if ok {
 		c.hub.acquiredBy(op.channel, op.owner)
+		if op.gated || op.kind == kindRLock {
+			c.gates.acquiredBy(op.name, op.owner)
+		}
 	}
 	o := acquireOutcome(ok, err)
 	wait := time.Since(start)
@@ -94,8 +97,9 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 		if e == nil {
 			return false, err // nil: the wait ran out
 		}
-		waited = e.turn != nil && (!e.free || e.waiting)
-		if e.free {
+		alone, riding := c.gates.alone(e)
+		waited = e.turn != nil && (!alone || riding)
+		if alone {
 			e = nil
 		} else {
 			defer c.gates.exit(e)
@@ -112,9 +116,6 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 		var ok bool
 		var err error
 		ok, firstTTL, named, err = try(ctx)
-		if ok && e != nil {
-			c.gates.fromRedis(e)
-		}
 		if err != nil && e != nil {
 			c.gates.trouble(e, false)
 		}
@@ -185,9 +186,6 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 				c.hub.answered(w, ok)
 			}
 			if ok {
-				if e != nil {
-					c.gates.fromRedis(e)
-				}
 				return true, nil
 			}
 			if err == nil && !w.hears && hears(named) {
@@ -252,14 +250,14 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 			}
 		case <-ctx.Done():
 			if e != nil {
-				if h, ok := c.gates.leaving(e); ok {
+				if h, ok, _ := c.gates.leaving(e); ok {
 					return op.gate.take(ctx, h)
 				}
 			}
 			return false, ctx.Err()
 		case <-c.hub.done:
 			if e != nil {
-				if h, ok := c.gates.leaving(e); ok {
+				if h, ok, _ := c.gates.leaving(e); ok {
 					return op.gate.take(ctx, h) // Close began: take gives the hold up
 				}
 			}
@@ -291,4 +289,14 @@ func shorterWait(a, b time.Duration) time.Duration {
 		return b
 	}
 	return a
+}
+
+// deadlineTimer returns a channel that delivers at deadline (nil, never, for a zero deadline), and the
+// function that stops its timer.
+func deadlineTimer(deadline time.Time) (<-chan time.Time, func()) {
+	if deadline.IsZero() {
+		return nil, func() {}
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	return timer.C, func() { timer.Stop() }
 }

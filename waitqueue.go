@@ -130,7 +130,7 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 	ek := q.entryKey(k)
 	last, lateJoin := q.left(ek, lateJoin)
 	if acquired { // the acquire script removed the entry; the owner's other waiters reenter
-		q.c.holds.released(ek, 0)
+		q.c.holds.entryLeft(ek)
 		return
 	}
 	if !last { // the owner's other waiters keep the entry alive, and the last one leaves

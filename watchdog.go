@@ -28,6 +28,8 @@ type renewal struct {
 	// ttl, when not 0, is the time to live the renewal gives instead of the watchdog timeout: what is left
 	// of a hold's budget (WithMaxHold), or Extend's lease.
 	ttl time.Duration
+	// until, when not 0, is when the hold's budget ends on Redis's clock (ms): no later (see budget.go).
+	until int64
 }
 
 // ttlArg is the time to live the renewal script is given: 0 for a check, else r.ttl or the Client's
@@ -37,24 +39,30 @@ func (r renewal) ttlArg(timeout time.Duration) string {
 	case r.check:
 		return "0"
 	case r.ttl > 0:
-		return fmtMillis(r.ttl)
+		return holdTTLArg(r.ttl, r.until)
 	}
 	return fmtMillis(timeout)
 }
 
-// scheduleLocked queues h for its next event, timeout/3 after base: a renewal, or, for a lease hold, a
-// check that Redis still has it, unless its lease ends first.
+// scheduleLocked sets h's next event, timeout/3 after base: a renewal, or, for a lease hold, a check that
+// Redis still has it, unless its lease ends first, or its budget. A hold whose renewal is under way is
+// queued by the renewal's outcome.
 func (w *holdTable) scheduleLocked(h *hold, base time.Time) {
 	h.next = base.Add(w.timeout / 3)
-	if !h.renews && h.expiresAt.Before(h.next) {
+	if !h.renewed() && h.expiresAt.Before(h.next) {
 		h.next = h.expiresAt
 	}
 	if !h.budgetAt.IsZero() && h.budgetAt.Before(h.next) {
 		h.next = h.budgetAt
 	}
-	if h.inflight {
-		return // the renewal's outcome queues it
+	if h.renewing == renewQueued {
+		w.queueLocked(h)
 	}
+}
+
+// queueLocked puts h in the watchdog's queue at h.next, or moves it there, and has the loop look at the
+// queue again if that is earlier than it would.
+func (w *holdTable) queueLocked(h *hold) {
 	if h.index >= 0 {
 		heap.Fix(&w.queue, h.index)
 	} else {
@@ -98,56 +106,50 @@ func (w *holdTable) loop() {
 	}
 }
 
-// tick ends the lease holds whose lease ran out, sends the renewals that are due, and returns how long
-// until the next event (negative: none queued).
+// tick ends the holds whose lease, budget or time ran out, sends the renewals that are due, and returns how
+// long until the next event (negative: none queued).
 func (w *holdTable) tick(now time.Time) time.Duration {
 	w.mu.Lock()
 	// Renewals falling due within timeout/6 of one due now go with it, so holds acquired at nearby times
 	// share a batch; no hold is renewed more than timeout/6 early.
 	horizon := now.Add(w.timeout / 6)
-	var due, later []*hold
-	var ended []ending
-	var gives []func()
+	var candidates, later []*hold
+	var out stepped
 	for len(w.queue) > 0 && !w.queue[0].next.After(horizon) {
 		h := heap.Pop(&w.queue).(*hold)
 		switch {
-		case !h.budgetAt.IsZero() && !h.budgetAt.After(now):
-			// Its budget (WithMaxHold) is spent: it ends, and is given up in Redis, where no acquisition or
-			// renewal gave it a time to live past this point.
-			ended = append(ended, w.endGivingUpLocked(h, ErrMaxHoldReached, now, &gives))
-		case !h.expiresAt.After(now):
-			// Past its expiry: its lease ran out, or it could not be renewed in time (this process was
-			// stopped, or starved of CPU). Redis has dropped it, and the holder must hear so at once, not
-			// after a round trip.
-			if !h.renews {
-				ended = append(ended, w.endLocked(h, errLeaseExpired))
-				break
-			}
-			ended = append(ended, w.endGivingUpLocked(h, errRenewTimeout, now, &gives))
-		case h.renew.script == nil || !h.renews && !h.next.Before(h.expiresAt):
+		case !h.budgetAt.IsZero() && !h.budgetAt.After(now), !h.expiresAt.After(now):
+			w.stepLocked(h, holdEvent{ev: evDue, now: now}, &out) // it ends
+		case h.renew.script == nil || !h.renewed() && !h.next.Before(h.expiresAt):
 			later = append(later, h) // a lease hold whose next event is the end of its lease
 		default:
-			due = append(due, h) // a renewal, or a lease hold's check
+			candidates = append(candidates, h) // a renewal, or a lease hold's check
 		}
 	}
-	if len(due) > 0 && due[0].next.After(now) { // nothing is due yet: wait for the first
-		later = append(later, due...)
-		due = nil
+	if len(candidates) > 0 && candidates[0].next.After(now) { // nothing is due yet: wait for the first
+		later = append(later, candidates...)
+		candidates = nil
 	}
 	for _, h := range later {
 		heap.Push(&w.queue, h)
 	}
 	// What the batch sends is copied now, under the lock: an owner's attempt may update its hold's renewal
 	// (a waiting owner's queue entry) while the batch is out.
-	jobs := make([]renewal, len(due))
+	due := candidates[:0]
+	var jobs []renewal
 	deadline := now.Add(w.timeout / 3)
-	for i, h := range due {
-		h.inflight = true
-		jobs[i] = h.renew
-		jobs[i].check = !h.renews
-		if !h.budgetAt.IsZero() && h.renews {
-			jobs[i].ttl = min(w.timeout, h.budgetAt.Sub(now).Truncate(time.Millisecond)) // never past the budget
+	for _, h := range candidates {
+		if w.stepLocked(h, holdEvent{ev: evDue, now: now}, &out) == nil {
+			continue
 		}
+		due = append(due, h)
+		job := h.renew
+		job.check = !h.renewed()
+		if !h.budgetAt.IsZero() && h.renewed() {
+			job.ttl = min(w.timeout, h.budgetAt.Sub(now).Truncate(time.Millisecond)) // never past the budget
+			job.until = h.budgetEndLocked(h.budgetAt)                                // nor past its end on Redis's clock (budget.go)
+		}
+		jobs = append(jobs, job)
 		if h.expiresAt.Before(deadline) {
 			deadline = h.expiresAt
 		}
@@ -159,10 +161,7 @@ func (w *holdTable) tick(now time.Time) time.Duration {
 		w.sleepUntil = now.Add(wait)
 	}
 	w.mu.Unlock()
-	reportAll(w.c.tel, ended)
-	for _, give := range gives {
-		give()
-	}
+	out.finish(w.c.tel)
 	if len(due) > 0 {
 		w.renew(due, jobs, now, deadline)
 	}
@@ -244,72 +243,46 @@ func (w *holdTable) runRenewals(ctx context.Context, due []renewal) ([]int64, er
 // applyRenewals records the outcome of one batch of renewals (jobs[i] renewed due[i]).
 func (w *holdTable) applyRenewals(due []*hold, jobs []renewal, results []int64, err error, sentAt time.Time) {
 	t := w.c.tel
-	w.mu.Lock()
-	now := time.Now()
-	var ended []ending
-	var gives []func()
+	var out stepped
 	var failures []renewalFailure
 	var renewed, failed, gone int64
+	w.mu.Lock()
+	now := time.Now()
 	for i, h := range due {
-		h.inflight = false
-		if h.ended {
+		if h.phase == phaseEnded {
 			continue // released while the renewal was under way
 		}
-		if h.checkAgain { // the watch saw it gone after this renewal was sent: look again now
-			h.checkAgain = false
-			defer w.checkNow(h)
-		}
-		switch {
-		case results[i] == 1 && !h.renews: // a lease hold, still there
-			w.scheduleLocked(h, sentAt)
-		case results[i] == 1:
-			renewed++
-			h.renewals++
-			ttl := w.timeout
-			if jobs[i].ttl > 0 {
-				ttl = jobs[i].ttl
+		ev := holdEvent{sentAt: sentAt, ttl: jobs[i].ttl, now: now}
+		leaseOver := !h.renewed() && !now.Before(h.expiresAt) // not a loss, whatever the reply
+		switch r := results[i]; {
+		case r == 1:
+			ev.ev = evRenewed
+			if h.renewed() {
+				renewed++
 			}
-			if exp := sentAt.Add(ttl); exp.After(h.expiresAt) {
-				h.expiresAt = exp
+		case r == 0:
+			ev.ev = evRenewGone
+			if h.phase == phaseHeld && !leaseOver {
+				gone++
 			}
-			h.confirmedLocked(sentAt)
-			w.refreshRiskLocked(h, now)
-			w.scheduleLocked(h, sentAt)
-		case !h.renews && !now.Before(h.expiresAt):
-			ended = append(ended, w.endLocked(h, errLeaseExpired))
-		case results[i] == 0 && h.releases > 0:
-			// Its owner is releasing it: that release may be what removed it. Its outcome decides whether
-			// this was a loss (see holdTable.notHeld); until then the hold is not renewed.
-			h.gone = true
-		case results[i] == 0:
-			gone++
-			ended = append(ended, w.endLocked(h, errHoldGone))
-		case results[i] >= 2: // its key is now another kind's (lua/lib/kinds.lua)
-			gone++
-			ended = append(ended, w.endLocked(h, lostToKind(h.kind, results[i])))
-		case w.closed || !now.Before(h.expiresAt):
-			failed++
-			ended = append(ended, w.endGivingUpLocked(h, errRenewTimeout, now, &gives))
-		default:
-			// No answer: not a loss until the hold's expiry. Try again soon.
-			if h.renews {
+		case r >= 2: // its key is now another kind's (lua/lib/kinds.lua)
+			ev.ev, ev.n = evRenewOtherKind, r
+			if !leaseOver {
+				gone++
+			}
+		default: // no answer
+			ev.ev = evRenewUnanswered
+			if h.renewed() {
 				failed++
-				if !sentAt.Before(h.confirmed) { // not older than the latest renewal or acquisition that extended it
-					h.renewFailed = true
-				}
-				if began := w.refreshRiskLocked(h, now); !h.keepAlive { // a queue entry is not a hold
-					failures = append(failures, renewalFailure{kind: h.kind, name: h.name, owner: h.key.field,
-						expiresIn: h.expiresAt.Sub(now), began: began})
-				}
 			}
 			if h.span.IsRecording() {
 				h.span.AddEvent("renewal failed", trace.WithAttributes(attribute.String("error", fmt.Sprint(err))))
 			}
-			h.next = now.Add(min(w.retryDelay(), h.expiresAt.Sub(now)))
-			heap.Push(&w.queue, h)
-			if h.next.Before(w.sleepUntil) {
-				w.wakeLocked()
-			}
+		}
+		wasAtRisk := h.atRisk
+		if w.stepLocked(h, ev, &out) != nil && ev.ev == evRenewUnanswered && h.renewed() && h.mode != entryMode {
+			failures = append(failures, renewalFailure{kind: h.kind, name: h.name, owner: h.key.field,
+				expiresIn: h.expiresAt.Sub(now), began: h.atRisk && !wasAtRisk})
 		}
 	}
 	w.mu.Unlock()
@@ -324,44 +297,7 @@ func (w *holdTable) applyRenewals(due []*hold, jobs []renewal, results []int64, 
 		t.renewals.Add(ctx, gone, t.byOutcome[outcomeGone].add...)
 	}
 	t.reportRenewalFailures(failures, err)
-	reportAll(t, ended)
-	for _, give := range gives {
-		give()
-	}
-}
-
-// endGivingUpLocked ends h with cause, and, unless the Client is closing (Close gives holds up itself), adds
-// to gives what gives it up in Redis, to run once the table is unlocked. It ends a hold the watchdog renews
-// whose renewals got no answer until its expiry, as lost (errRenewTimeout): Redis may well still have it,
-// its renewals may have run, their replies lost. And a hold whose budget is spent (ErrMaxHoldReached),
-// which Redis would drop about now anyway: given up, its waiters are woken at once. Left there, it would keep the lock from everyone until it expired, and the
-// owner's next acquisition would re-enter it (a hold count of 2 for the 1 the owner knows of, which its
-// Unlock would not end: the lock would stay held, renewed, by an owner that released it). So it is given
-// up as Close gives holds up (see giver), and until that is over the owner's next operation on the lock
-// waits, or fails while Redis does not answer (see prepare). A queue entry (keepAlive) is no hold: its owner
-// still waits, and its next attempt joins again if the entry is gone.
-func (w *holdTable) endGivingUpLocked(h *hold, cause error, now time.Time, gives *[]func()) ending {
-	e := w.endLocked(h, cause)
-	if w.closed || h.giver == nil || h.keepAlive || h.acquiredAt.IsZero() || w.holds[h.key] != nil {
-		return e
-	}
-	k, giver := h.key, h.giver
-	// No renewal sent before now extends the hold past now + timeout: then Redis has surely dropped it.
-	deadline := now.Add(w.timeout)
-	p := &hold{key: k, index: -1}
-	w.holds[k] = p
-	ch := make(chan struct{})
-	p.startSettlingLocked(ch)
-	settling := settlement{w, p, ch}
-	*gives = append(*gives, func() {
-		if !w.c.goBackground(func(life context.Context) {
-			_ = giver.giveUp(life, k, deadline)
-			settling.done(0)
-		}) {
-			settling.done(0)
-		}
-	})
-	return e
+	out.finish(t)
 }
 
 // retryDelay is the pause before renewing again a hold whose renewal got no answer.
@@ -375,12 +311,12 @@ func (w *holdTable) close() {
 	w.mu.Lock()
 	w.closed = true
 	started := w.started
-	var ended []ending
+	var out stepped
 	for _, h := range w.holds {
-		ended = append(ended, w.endLocked(h, errClientClosed))
+		w.stepLocked(h, holdEvent{ev: evShut, cause: errClientClosed}, &out)
 	}
 	w.mu.Unlock()
-	reportAll(w.c.tel, ended)
+	out.finish(w.c.tel)
 	if started {
 		<-w.stopped
 	}

@@ -503,3 +503,34 @@ func TestQueueEntriesRefreshedWhileWaitersRetry(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// The watchdog's renewals never shorten a key of a hold: a reader's level taken with a lease longer than
+// the watchdog timeout, inside a hold the watchdog renews, keeps that lease in Redis.
+func TestWatchdogNeverShortensAReadLevel(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, &relock.Options{WatchdogTimeout: 600 * time.Millisecond})
+	rdb := rawClient(t, srv)
+	ctx := relock.WithOwner(ctxTimeout(t, 20*time.Second), "reader")
+	const name = "watchdog-read-level"
+	r := c.ReadWriteLock(name).ReadLock()
+	if err := r.Lock(ctx); err != nil { // renewed by the watchdog every 200 ms
+		t.Fatal(err)
+	}
+	if err := r.LockWithLease(ctx, time.Minute); err != nil { // level 2: a lease of a minute
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond) // a few renewals
+	level2 := "{" + name + "}:" + c.ID() + ":reader:rwlock_timeout:2"
+	if ttl, _ := do(t, rdb, "PTTL", level2).AsInt64(); ttl < 55_000 {
+		t.Fatalf("PTTL of the level taken with a lease of a minute = %d ms after renewals; want it kept", ttl)
+	}
+	if ttl, _ := do(t, rdb, "PTTL", "{"+name+"}:"+c.ID()+":reader:rwlock_timeout:1").AsInt64(); ttl <= 0 || ttl > 600 {
+		t.Fatalf("PTTL of the watchdog's level = %d ms; want renewed, at most the timeout", ttl)
+	}
+	for range 2 {
+		if err := r.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

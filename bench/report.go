@@ -291,7 +291,7 @@ func (r *rawScripts) acquire1(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if len(got) != 3 || got[0] != 1 {
+	if len(got) != 4 || got[0] != 1 { // a grant: {1, count, token, Redis's clock}
 		return fmt.Errorf("raw acquire replied %v", got)
 	}
 	return nil

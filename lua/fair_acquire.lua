@@ -13,7 +13,8 @@
 --          Election's (see ARGV[9])
 -- KEYS[9]  a scratch set, relock_lock_shift:{<name>}, which lives only within the run (see lib/queue.lua)
 -- KEYS[10] fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
--- ARGV[1]  how long the hold lives, in milliseconds (the lease, or the watchdog timeout)
+-- ARGV[1]  how long the hold lives, in milliseconds (the lease, or the watchdog timeout), with the end of
+--          its budget on Redis's clock when it has one (see hold_ttl in lib/clock.lua)
 -- ARGV[2]  the owner field
 -- ARGV[3]  how long the owner stays alive without a refresh, in milliseconds (the watchdog timeout)
 -- ARGV[4]  '1' to join the queue when the lock cannot be had now; '0' for a single attempt, which never
@@ -30,8 +31,8 @@
 -- missing from the queue (a Redisson client dropped it, or it was removed by hand) goes back to the head,
 -- where it was. When the lock is free but the head is another waiter, that one is woken.
 --
--- Returns {1, holdCount, token}  when the owner now holds the lock (see rlock_acquire.lua; token is 0 when
---                                the lock is not fenced; with ARGV[9] '1', the count it had, if it held).
+-- Returns {1, holdCount, token, now} when the owner now holds the lock (see rlock_acquire.lua; token is 0
+--                                when the lock is not fenced; with ARGV[9] '1', the count it had, if it held).
 --                                The owner's queue entries are gone, and wait is
 --                                subtracted from every remaining score.
 --         {0, wait, 0}           when it does not. wait is how long (ms) the caller may sleep before trying
@@ -41,6 +42,7 @@
 --                                count as dead if it stopped refreshing.
 --         {-2, 0, 0}             when this attempt was undone before it arrived (see lib/undone.lua):
 --                                nothing changed, and nobody waits for the reply.
+--         {-3, 0, 0}             when ARGV[1]'s budget had ended (see hold_ttl): nothing changed.
 --         an error RELOCK_...    when the name is in use by another kind (see lib/kinds.lua): a key that
 --                                is no lock, a read-write lock, or, unless the owner holds the lock
 --                                already, a ReadWriteLock's waiting writers or (for a FairLock) an
@@ -70,6 +72,10 @@ if t ~= 'hash' or redis.call('hexists', KEYS[1], owner) == 0 then
     return refusal('WRONGKIND', other_kind(KEYS[7], 'rwlock', election, 'election'), t)
   end
 end
+local ttl, at = hold_ttl(ARGV[1])
+if ttl <= 0 then -- the hold's budget is spent (see hold_ttl in lib/clock.lua)
+  return {-3, 0, 0}
+end
 local now = now_ms()
 local aliveTTL, wait = tonumber(ARGV[3]), tonumber(ARGV[5])
 local free = t == 'none'
@@ -81,8 +87,6 @@ if not pos and redis.call('zscore', KEYS[4], owner) then
   pos, head = 0, owner
 end
 
-local ttl = tonumber(ARGV[1])
-
 if free then
   if not head or head == owner then
     if head then
@@ -91,16 +95,16 @@ if free then
     redis.call('zrem', KEYS[3], owner)
     redis.call('zrem', KEYS[4], owner)
     shorten_waits(KEYS[3], KEYS[9], nil, wait)
-    return first_hold(KEYS[1], owner, ttl, KEYS[10])
+    return first_hold(KEYS[1], owner, ttl, at, KEYS[10])
   end
   -- The head may be asleep: its notification went to a dead waiter just dropped, or never came (a
   -- Redisson waiter ahead of it gave up, which wakes nobody).
   redis.call(ARGV[7], KEYS[5] .. ':' .. head, ARGV[6])
 elseif redis.call('hexists', KEYS[1], owner) == 1 then
   if ARGV[9] == '1' then
-    return hold_again(KEYS[1], owner, ttl, KEYS[10])
+    return hold_again(KEYS[1], owner, ttl, at, KEYS[10])
   end
-  return reenter(KEYS[1], owner, ttl, KEYS[10])
+  return reenter(KEYS[1], owner, ttl, at, KEYS[10])
 end
 
 -- Not acquired: refresh the owner's entries, or join the queue at its end, with Redisson's score.

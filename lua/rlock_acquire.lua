@@ -8,17 +8,18 @@
 -- KEYS[6]  relock's waiting owners, relock_lock_waiters:{<name>} (see lib/waiters.lua)
 -- KEYS[7]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>} (Redisson's RFencedLock
 --          counter). It has no expiry, so tokens keep increasing across the lock's expiries.
--- ARGV[1]  how long the hold lives, in milliseconds (the lease, or the Client's watchdog timeout)
+-- ARGV[1]  how long the hold lives, in milliseconds (the lease, or the Client's watchdog timeout), with the
+--          end of its budget on Redis's clock when it has one (see hold_ttl in lib/clock.lua)
 -- ARGV[2]  the owner field
 -- ARGV[3]  the attempt's id
 -- ARGV[4]  '1' when the owner waits (it joins the waiting owners if it cannot have the lock now, and
 --          leaves them when it gets it), '0' for an attempt made before waiting, or alone
 -- ARGV[5]  how long a waiting owner stays alive without a refresh, in milliseconds (the watchdog timeout)
 --
--- Returns {1, holdCount, token} when the owner now holds the lock: a first acquisition has count 1 and, if
---                              fenced, a new token (the counter incremented); a reentry has the new count
---                              and the current token (the one its first acquisition got). token is 0 when
---                              the lock is not fenced.
+-- Returns {1, holdCount, token, now} when the owner now holds the lock: a first acquisition has count 1
+--                              and, if fenced, a new token (the counter incremented); a reentry has the new
+--                              count and the current token (the one its first acquisition got). token is 0
+--                              when the lock is not fenced. now is Redis's clock (ms, see lib/hold.lua).
 --         {0, pttl, names}     when another owner holds it; pttl is the lock's remaining time to live in
 --                              milliseconds, or -1 when the key has no expiry (a waiter then waits for the
 --                              release message alone). A waiting owner (ARGV[4]) is among the waiting
@@ -27,6 +28,7 @@
 --                              publish the unlock message alone (a Redisson client's release).
 --         {-2, 0, 0}           when this attempt was undone before it arrived (see lib/undone.lua):
 --                              nothing changed, and nobody waits for the reply.
+--         {-3, 0, 0}           when ARGV[1]'s budget had ended (see hold_ttl): nothing changed.
 --         an error RELOCK_...  when the name is in use by another kind (see lib/kinds.lua): a key that is
 --                              no lock, a read-write lock, or, unless the owner holds the lock already, a
 --                              FairLock's waiters, a ReadWriteLock's waiting writers or an Election.
@@ -47,13 +49,16 @@ local refused = lock_refusal(KEYS[1], t, false)
 if refused then
   return refused
 end
-local ttl = tonumber(ARGV[1])
+local ttl, at = hold_ttl(ARGV[1])
+if ttl <= 0 then -- the hold's budget is spent (see hold_ttl in lib/clock.lua)
+  return {-3, 0, 0}
+end
 local waits = ARGV[4] == '1'
 if t == 'hash' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   if waits then
     redis.call('zrem', KEYS[6], ARGV[2])
   end
-  return reenter(KEYS[1], ARGV[2], ttl, KEYS[7])
+  return reenter(KEYS[1], ARGV[2], ttl, at, KEYS[7])
 end
 if redis.call('exists', KEYS[3], KEYS[4], KEYS[5]) > 0 then
   return refusal('WRONGKIND', other_kind(KEYS[3], 'fairlock', KEYS[4], 'rwlock', KEYS[5], 'election'), t)
@@ -62,7 +67,7 @@ if t == 'none' then
   if waits then
     redis.call('zrem', KEYS[6], ARGV[2])
   end
-  return first_hold(KEYS[1], ARGV[2], ttl, KEYS[7])
+  return first_hold(KEYS[1], ARGV[2], ttl, at, KEYS[7])
 end
 if waits then
   keep_alive(KEYS[6], ARGV[2], now_ms(), tonumber(ARGV[5]))

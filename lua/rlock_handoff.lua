@@ -20,10 +20,12 @@
 --                          its release announced;
 --         {0, 0, woke}     when the release was announced letting the other Clients go first (ARGV[7]
 --                          ''): woke is 1 when it named a waiter of another Client, 2 when it named nobody
---                          and somebody heard Redisson's unlock message, else 0;
---         {0, 1, token}    when the lock went to the next owner: one hold, living ARGV[9] ms, with token
---                          as a first acquisition's fencing token (0 when the lock is not fenced); the
---                          next owner left relock's waiting owners, and nobody was woken;
+--                          and somebody heard Redisson's unlock message, 3 when both, else 0 (see
+--                          announce_release in lib/waiters.lua);
+--         {0, 1, token, now} when the lock went to the next owner: one hold, living ARGV[9] ms, with token
+--                          as a first acquisition's fencing token (0 when the lock is not fenced) and
+--                          now, Redis's clock (see lib/hold.lua); the next owner left relock's waiting
+--                          owners, and nobody was woken;
 --         an error RELOCK_... when the key is no reentrant lock's (see lib/kinds.lua): nothing changed.
 -- @include lib/clock.lua
 -- @include lib/waiters.lua
@@ -50,5 +52,5 @@ if not hands then
   return {0, 0, announce_release(KEYS[5], KEYS[6], KEYS[2], ARGV[5], ARGV[2], ARGV[6], yield)}
 end
 redis.call('zrem', KEYS[5], ARGV[7])
-local granted = first_hold(KEYS[1], ARGV[7], tonumber(ARGV[9]), KEYS[7])
-return {0, 1, granted[3]}
+local granted = first_hold(KEYS[1], ARGV[7], tonumber(ARGV[9]), nil, KEYS[7])
+return {0, 1, granted[3], granted[4]}

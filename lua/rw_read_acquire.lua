@@ -10,20 +10,23 @@
 -- KEYS[4]  a FairLock's queue, redisson_lock_queue:{<name>}, read only: its waiters make the name a FairLock's
 -- KEYS[5]  an Election's stream of leaders, relock_election:{<name>}, read only: it makes the name an
 --          Election's
--- ARGV[1]  how long the hold lives, in milliseconds
+-- ARGV[1]  how long the hold lives, in milliseconds, with the end of its budget on Redis's clock when it
+--          has one (see hold_ttl in lib/clock.lua)
 -- ARGV[2]  the owner field (the reader's field)
 -- ARGV[3]  the same owner's writer field, "<owner>:write": a writer may take the read lock (downgrade)
 -- ARGV[4]  the lock's base: "{<name>}", or the name itself when it holds a "{" (Redisson's suffixName), so that
 --          the read-hold keys share the lock's slot
 -- ARGV[5]  the attempt's id
 --
--- Returns {1, readCount, 0} when the owner now holds the read lock (first or reentrant);
+-- Returns {1, readCount, 0, now} when the owner now holds the read lock (first or reentrant); now is
+--                           Redis's clock (ms, see lib/hold.lua);
 --         {0, wait, 0}      when it must wait: wait (ms) is how long it may sleep before trying again
 --                           unless notified: the lock's remaining time to live when a writer holds it
 --                           (-1: no expiry), or the time until the first live priority writer's entry
 --                           expires when it yields to waiting writers.
 --         {-2, 0, 0}        when this attempt was undone before it arrived (see lib/undone.lua):
 --                           nothing changed, and nobody waits for the reply.
+--         {-3, 0, 0}        when ARGV[1]'s budget had ended (see hold_ttl): nothing changed.
 --         an error RELOCK_... when the name is in use by another kind (see lib/kinds.lua): a key that is
 --                           no lock, a reentrant lock's hash, or, while the lock's key is absent, a
 --                           FairLock's waiters or an Election. Nothing changed.
@@ -42,7 +45,10 @@ if refused then
   return refused
 end
 
-local ttl = tonumber(ARGV[1])
+local ttl, at = hold_ttl(ARGV[1])
+if ttl <= 0 then -- the hold's budget is spent (see hold_ttl in lib/clock.lua)
+  return {-3, 0, 0}
+end
 local owner = ARGV[2]
 local prefix = ARGV[4] .. ':' .. owner .. ':rwlock_timeout:'
 
@@ -55,9 +61,13 @@ end
 
 local function hold()
   local n = redis.call('hincrby', KEYS[1], owner, 1)
-  redis.call('set', prefix .. n, 1, 'PX', ttl)
-  extend(KEYS[1], ttl)
-  return {1, n, 0}
+  if at then
+    redis.call('set', prefix .. n, 1, 'PXAT', at)
+  else
+    redis.call('set', prefix .. n, 1, 'PX', ttl)
+  end
+  extend(KEYS[1], ttl, at)
+  return {1, n, 0, now_ms()}
 end
 
 -- Writers that asked for priority and are still alive make new readers wait (a reader already holding

@@ -6,7 +6,8 @@
 -- KEYS[4]  a FairLock's queue, redisson_lock_queue:{<name>}, read only (see rw_read_acquire.lua)
 -- KEYS[5]  an Election's stream of leaders, relock_election:{<name>}, read only (see rw_read_acquire.lua)
 -- KEYS[6]  fenced locks only: the fencing token counter, redisson_lock_token:{<name>}
--- ARGV[1]  how long the hold lives, in milliseconds
+-- ARGV[1]  how long the hold lives, in milliseconds, with the end of its budget on Redis's clock when it
+--          has one (see hold_ttl in lib/clock.lua)
 -- ARGV[2]  the owner's writer field, "<owner>:write"
 -- ARGV[3]  the owner's reader field, "<owner>"
 -- ARGV[4]  with priority, how long the writer's waiting entry lives unrefreshed (ms); '' without
@@ -14,7 +15,8 @@
 -- ARGV[6]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
 -- ARGV[7]  the attempt's id
 --
--- Returns {1, writeCount, token} when the owner now holds the write lock (token: 0 when not fenced);
+-- Returns {1, writeCount, token, now} when the owner now holds the write lock (token: 0 when not fenced;
+--                                now: Redis's clock, see lib/hold.lua);
 --         {0, wait, 0}           when it must wait: wait is how long the lock may still be held unless
 --                                renewed, in milliseconds (-1: no bound): the writer's time to live, or
 --                                the longest of the live readers' (see read_hold_ttl in lib/readers.lua);
@@ -22,6 +24,7 @@
 --                                forever (an upgrade), so the caller fails at once.
 --         {-2, 0, 0}             when this attempt was undone before it arrived (see lib/undone.lua):
 --                                nothing changed, and nobody waits for the reply.
+--         {-3, 0, 0}             when ARGV[1]'s budget had ended (see hold_ttl): nothing changed.
 --         an error RELOCK_...    when the name is in use by another kind (see rw_read_acquire.lua).
 --                                Nothing changed.
 -- @include lib/clock.lua
@@ -39,7 +42,10 @@ if refused then
   return refused
 end
 
-local ttl = tonumber(ARGV[1])
+local ttl, at = hold_ttl(ARGV[1])
+if ttl <= 0 then -- the hold's budget is spent (see hold_ttl in lib/clock.lua)
+  return {-3, 0, 0}
+end
 local writer = ARGV[2]
 
 local mode = redis.call('hget', KEYS[1], 'mode')
@@ -76,10 +82,10 @@ end
 if not mode then
   redis.call('hset', KEYS[1], 'mode', 'write')
   redis.call('zrem', KEYS[2], writer)
-  return first_hold(KEYS[1], writer, ttl, KEYS[6])
+  return first_hold(KEYS[1], writer, ttl, at, KEYS[6])
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
-  return reenter(KEYS[1], writer, ttl, KEYS[6])
+  return reenter(KEYS[1], writer, ttl, at, KEYS[6])
 end
 if ARGV[4] ~= '' and ARGV[5] == '1' then
   local now = now_ms()

@@ -15,7 +15,7 @@ const (
 	errKindUsage       = "usage"        // the command line is wrong (exit status 2)
 	errKindUnavailable = "unavailable"  // Redis could not be reached, or did not answer in time
 	errKindWrongKind   = "wrong_kind"   // the name holds another kind of key than the command works on
-	errKindInterrupted = "interrupted"  // the command was interrupted (SIGINT, SIGTERM)
+	errKindInterrupted = "interrupted"  // the command was interrupted (SIGINT, SIGTERM, SIGHUP)
 	errKindHoldLost    = "hold_lost"    // run: the lock or leadership was lost while the command ran (exit status 3)
 	errKindNotAcquired = "not_acquired" // run: --wait ran out, the command was not run (exit status 4)
 	errKindOther       = "error"        // anything else: an error reply of Redis, an unlock not confirmed...

@@ -12,8 +12,9 @@
 //	relock unlock --force NAME       release a stuck lock and wake its waiters
 //	relock run NAME -- CMD [ARGS...] run CMD while holding the fenced lock NAME (with --election: while
 //	                                 leading the election NAME), its fencing token (the leader's term)
-//	                                 in RELOCK_FENCING_TOKEN; SIGTERM, then SIGKILL after --grace, end it
-//	                                 when the hold is lost
+//	                                 in RELOCK_FENCING_TOKEN; SIGTERM, then SIGKILL after --grace, end its
+//	                                 process group when the hold is lost (or on SIGINT, SIGTERM, SIGHUP),
+//	                                 and what it leaves in its group when it exits
 //
 // Every command takes --redis ADDR (host:port, a comma-separated list of cluster seed nodes, or a
 // redis:// URL; default $RELOCK_REDIS, else 127.0.0.1:6379), --timeout D (above zero) and --json. demo
@@ -71,10 +72,25 @@ func init() {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if len(os.Args) > 1 && os.Args[1] == "run" {
+		reapOrphans()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), interruptSignals()...)
 	code := run(ctx, env{args: os.Args[1:], stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})
 	stop()
 	os.Exit(code)
+}
+
+// interruptSignals are the signals that interrupt a command (run then ends its command and releases its
+// hold): SIGINT, SIGTERM and SIGHUP, but for a SIGHUP ignored as relock started (nohup), which stays
+// ignored, as it would without a handler (see os/signal). SIGINT is handled even when it was ignored (a
+// script's background job): the demo stops its worker processes, which are relock too, with SIGINT.
+func interruptSignals() []os.Signal {
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
 }
 
 // run runs the command line e.args and returns the exit status.

@@ -239,8 +239,9 @@ func opsOn(t *testing.T, addrs []string, prefix string) {
 		if !strings.Contains(errOut, "not released") {
 			t.Fatalf("answering n: %s", errOut)
 		}
-		// The holders are not told at once: their watchdog finds out, within a third of its timeout.
-		if !strings.Contains(out, "Its holders are not told: each finds out at its watchdog's next check, within a third of its watchdog timeout") {
+		// The holders are not told by the release: their Client finds out, by the watch of holds in
+		// milliseconds, else by the watchdog within a third of its timeout.
+		if !strings.Contains(out, "Its holders are not told by the release: a relock holder finds out in milliseconds where its Client watches its holds (the default), else at its watchdog's next check, within a third of its watchdog timeout") {
 			t.Fatalf("the question does not say when the holders find out:\n%s", out)
 		}
 		if j := inspectJSON(t, addr, name); len(j.Holders) != 1 || j.Holders[0].Token != "stuck-job" {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -96,6 +97,20 @@ type runHold struct {
 	release func(context.Context) error
 }
 
+// runSynopsis is relock run's command line, for its usage.
+const runSynopsis = "run [--election [--value V]] [--wait D] [--grace D] [flags] NAME -- CMD [ARGS...]"
+
+// runAbout is what relock run -h says of CMD's processes, between the synopsis and the flags; %v is
+// killWait.
+const runAbout = `CMD runs in a process group of its own while the lock (leadership) is held. When the hold is lost, or
+relock gets SIGINT, SIGTERM or SIGHUP, the group is sent SIGTERM, then SIGKILL --grace later if any
+process of it is left; relock waits until the group is gone (%v at most after SIGKILL). When CMD exits,
+what it left in its group is ended the same way before the lock is released: a process that must
+outlive the lock must leave the group (setsid). If relock is killed, a guard process sends the group
+SIGKILL (on Linux CMD also has SIGKILL as its parent-death signal). In the foreground of a terminal,
+CMD shares relock's process group instead, and is signalled alone. See docs/command.md.
+`
+
 // runOwner is the owner token of run's holds: "relock-run:<host>:<pid>", which inspect shows.
 func runOwner() string {
 	return "relock-run:" + hostname() + ":" + strconv.Itoa(os.Getpid())
@@ -122,14 +137,18 @@ func splitCommand(args []string) (own, argv []string, ok bool) {
 
 func runRun(ctx context.Context, e env) error {
 	var c common
-	fs := newFlags("run", "run [--election [--value V]] [--wait D] [--grace D] [flags] NAME -- CMD [ARGS...]", e)
+	fs := newFlags("run", runSynopsis, e)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: relock %s\n\n"+runAbout+"\nFlags:\n", runSynopsis, killWait)
+		fs.PrintDefaults()
+	}
 	c.register(fs, 5*time.Second)
 	election := fs.Bool("election", false, "win the election NAME (Election.Campaign) instead of taking the lock NAME; RELOCK_FENCING_TOKEN is then the leader's term")
 	value := fs.String("value", "", "with --election, the `value` to campaign with, which inspect shows as the leader's (default HOST:PID)")
 	var wait optionalDuration
 	fs.Var(&wait, "wait", "give up, with exit status 4 and without running CMD, when the lock is not acquired (the election not won) within this `duration`; 0: one attempt, without --election (default: wait as long as it takes)")
 	grace := defaultGrace
-	fs.Var(nonNegativeDuration{&grace}, "grace", "when CMD must end, wait this `duration` after SIGTERM before SIGKILL")
+	fs.Var(nonNegativeDuration{&grace}, "grace", "when CMD's process group must end, wait this `duration` after SIGTERM before SIGKILL")
 	watchdog := relock.DefaultWatchdogTimeout
 	fs.Var(positiveDuration{&watchdog}, "watchdog-timeout", "advanced: the hold lives this `duration` in Redis between renewals (at least 100ms): a relock run that dies frees the lock within it, and a loss is noticed within a third of it")
 	own, argv, dashes := splitCommand(e.args)
@@ -305,10 +324,11 @@ func startError(name string, err error) *exitError {
 // h was released, else an *exitError with the status run exits with.
 //
 // cmd gets run's streams and environment, plus RELOCK_NAME and RELOCK_FENCING_TOKEN. When the hold ends
-// (it is lost) or ctx does (relock got SIGINT or SIGTERM), cmd is sent SIGTERM, and SIGKILL if it has
-// not exited grace after. Once cmd has exited the hold is released, within --timeout, unless it was lost.
-// A hold lost makes the status exitHoldLost, whatever cmd's; otherwise it is cmd's own: its exit status,
-// or 128 + the signal that ended it.
+// (it is lost) or ctx does (relock got SIGINT, SIGTERM or SIGHUP), cmd's process group is ended (see
+// end); when cmd exits by itself and leaves processes in its group, they are ended so too. Once the
+// group is gone the hold is released, within --timeout, unless it was lost. A hold lost makes the status
+// exitHoldLost, whatever cmd's; otherwise it is cmd's own: its exit status, or 128 + the signal that
+// ended it.
 func supervise(ctx context.Context, e env, c *common, cmd *exec.Cmd, name string, h *runHold, grace time.Duration) error {
 	cmd.Env = append(os.Environ(), envName+"="+name, envFencingToken+"="+strconv.FormatUint(h.token, 10))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
@@ -319,52 +339,64 @@ func supervise(ctx context.Context, e env, c *common, cmd *exec.Cmd, name string
 		}
 		return withKind(errKindInterrupted, fmt.Errorf("interrupted: the command was not run; %s was released", h.what))
 	}
-	group := !inForeground(e.stdin)
-	if group {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p := &procs{cmd: cmd, group: !inForeground(e.stdin)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: p.group}
+	setParentDeathSignal(cmd.SysProcAttr)
+	if p.group {
+		var err error
+		if p.guard, err = startGuard(); err != nil && !e.json {
+			fmt.Fprintf(e.stderr, "relock run: warning: cannot start the guard that ends the command's process group "+
+				"if relock run dies (/bin/sh: %v): running the command without it\n", err)
+		}
 	}
-	if err := cmd.Start(); err != nil {
+	if err := p.start(); err != nil {
+		p.guard.stop(true)
 		serr := startError(cmd.Args[0], err)
 		if rerr := release(c, h); rerr != nil {
 			serr.err = fmt.Errorf("%w; releasing %s failed (it expires within the watchdog timeout): %v", serr.err, h.what, rerr)
 		}
 		return serr
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // the status is read from cmd.ProcessState
-		close(exited)
-	}()
 	prog := fmt.Sprintf("%q (pid %d)", cmd.Args[0], cmd.Process.Pid)
 	var why string // why cmd was ended, if it was
 	select {
-	case <-exited:
+	case <-p.exited:
 	case <-h.ctx.Done():
 		why = "ended"
 	case <-ctx.Done():
 		why = "interrupted"
 	}
-	ending := ""
+	var how string // how cmd ended: "exited with status N", or how run ended it
+	var status int
 	if why != "" {
-		ending = stop(cmd, group, exited, grace)
+		how, status = p.stop(grace)
+	} else {
+		status = exitStatus(cmd.ProcessState)
+		how = fmt.Sprintf("exited with status %d", status)
+		if !p.gone() { // it left processes in its group: they must not go on without the lock
+			how += ", leaving processes in its process group: " + p.endLeft(grace)
+			if !e.json {
+				fmt.Fprintf(e.stderr, "relock run: %s %s\n", prog, how)
+			}
+		}
 	}
-	status := exitStatus(cmd.ProcessState)
+	p.guard.stop(p.gone())
 
 	if h.ctx.Err() != nil { // lost, before or after cmd exited
-		return holdLost(h, context.Cause(h.ctx), prog, ending, status)
+		return holdLost(h, context.Cause(h.ctx), prog, why != "", how)
 	}
 	rerr := release(c, h)
 	if errors.Is(rerr, relock.ErrNotHeld) { // lost, and the Client had not noticed yet
-		return holdLost(h, rerr, prog, ending, status)
+		return holdLost(h, rerr, prog, why != "", how)
 	}
 	if rerr != nil {
-		rerr = fmt.Errorf("%s exited with status %d, but releasing %s failed (it expires within the watchdog timeout): %w",
-			prog, status, h.what, rerr)
+		rerr = fmt.Errorf("%s %s, but releasing %s failed (it expires within the watchdog timeout): %w",
+			prog, how, h.what, rerr)
 		return &exitError{code: max(status, 1), err: rerr}
 	}
 	if why == "interrupted" {
 		return &exitError{code: status, err: withKind(errKindInterrupted,
-			fmt.Errorf("interrupted: %s %s, and exited with status %d; %s was released", prog, ending, status, h.what))}
+			fmt.Errorf("interrupted: %s %s; %s was released", prog, how, h.what))}
 	}
 	if status != 0 {
 		return &exitError{code: status}
@@ -372,15 +404,14 @@ func supervise(ctx context.Context, e env, c *common, cmd *exec.Cmd, name string
 	return nil
 }
 
-// holdLost is run's error when h was lost, for cause, while its command, prog, ran: ending says how run
-// ended it ("" when the command had exited by itself), status is the command's exit status.
-func holdLost(h *runHold, cause error, prog, ending string, status int) error {
+// holdLost is run's error when h was lost, for cause, while its command, prog, ran: ended says whether
+// run ended it (else it had exited by itself), how says how it ended.
+func holdLost(h *runHold, cause error, prog string, ended bool, how string) error {
 	var err error
-	if ending == "" {
-		err = fmt.Errorf("lost %s while %s ran (%v): it exited with status %d, possibly after another holder had it",
-			h.what, prog, cause, status)
+	if !ended {
+		err = fmt.Errorf("lost %s while %s ran (%v): it %s, possibly after another holder had it", h.what, prog, cause, how)
 	} else {
-		err = fmt.Errorf("lost %s while %s ran (%v): it %s, and exited with status %d", h.what, prog, cause, ending, status)
+		err = fmt.Errorf("lost %s while %s ran (%v): it %s", h.what, prog, cause, how)
 	}
 	return &exitError{code: exitHoldLost, err: withKind(errKindHoldLost, err)}
 }
@@ -392,29 +423,178 @@ func release(c *common, h *runHold) error {
 	return h.release(ctx)
 }
 
-// stop ends cmd: SIGTERM, then SIGKILL when it has not exited grace later. exited is closed once cmd has
-// exited and been waited for; stop returns then, saying what it did, for messages.
-func stop(cmd *exec.Cmd, group bool, exited <-chan struct{}, grace time.Duration) string {
-	signalCmd(cmd, group, syscall.SIGTERM)
-	timer := time.NewTimer(grace)
-	defer timer.Stop()
-	select {
-	case <-exited:
-		return "was sent SIGTERM"
-	case <-timer.C:
-	}
-	signalCmd(cmd, group, syscall.SIGKILL)
-	<-exited
-	return fmt.Sprintf("was sent SIGTERM, did not exit within --grace %v, was sent SIGKILL", grace)
+// killWait bounds how long run waits, after SIGKILL, for its command's process group to be gone. SIGKILL
+// cannot be caught, so this is the time the kernel takes, unless a process is stuck in the kernel (an
+// uninterruptible sleep: a hung NFS mount) or has exited and no one reaps it (a zombie, whose parent is
+// alive outside the group, or is an init that does not reap).
+const killWait = 5 * time.Second
+
+// groupPoll is how often run looks whether its command's process group is gone, once the command (the
+// group's leader) has exited: nothing tells when the last of its other processes exits.
+const groupPoll = 10 * time.Millisecond
+
+// procs is run's command and, when it has a process group of its own, the processes of that group.
+type procs struct {
+	cmd    *exec.Cmd
+	group  bool          // cmd leads a process group of its own (see inForeground)
+	guard  *guard        // ends the group if run dies first; nil without a group, or if it could not start
+	exited chan struct{} // closed once cmd has exited and been waited for
 }
 
-// signalCmd sends sig to cmd's process group when group is set, else to cmd's process.
-func signalCmd(cmd *exec.Cmd, group bool, sig syscall.Signal) {
-	if group {
-		_ = syscall.Kill(-cmd.Process.Pid, sig)
+// start starts cmd, and a goroutine that waits for it and then closes p.exited.
+//
+// The goroutine starts cmd and waits for it on one OS thread, locked: a parent-death signal
+// (setParentDeathSignal) is sent when the thread that started the child exits, not the process, and Go
+// ends a thread when a goroutine locked to it returns. Locked, the thread runs nothing else until cmd
+// has exited, so no other goroutine can lock it and end it meanwhile.
+func (p *procs) start() error {
+	p.exited = make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer close(p.exited)
+		if err := p.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		p.guard.watch(p.cmd.Process.Pid)
+		started <- nil
+		_ = p.cmd.Wait() // the status is read from cmd.ProcessState
+	}()
+	return <-started
+}
+
+// leaderExited reports whether cmd has exited (and been waited for).
+func (p *procs) leaderExited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// gone reports whether cmd has exited and, when it leads a process group, no process of the group is
+// left (kill(-pgid, 0) fails with ESRCH; a zombie still counts).
+func (p *procs) gone() bool {
+	if !p.leaderExited() {
+		return false
+	}
+	if !p.group {
+		return true
+	}
+	pgid := p.cmd.Process.Pid
+	// Reap the group's processes that are run's children: orphans, which come to run on Linux (see
+	// reapOrphans) or when it is a container's init (pid 1). A zombie would keep the group there. Only
+	// once cmd was waited for: this must not take cmd's own exit status from its Wait.
+	for {
+		pid, err := syscall.Wait4(-pgid, nil, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			break
+		}
+	}
+	return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+}
+
+// signal sends sig to cmd's process group when it has one, else to cmd.
+func (p *procs) signal(sig syscall.Signal) {
+	if p.group {
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
 		return
 	}
-	_ = cmd.Process.Signal(sig)
+	if !p.leaderExited() {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+// waitGone waits until p is gone, for d at most, and reports whether it is. Once cmd has exited, again,
+// when not 0, is sent to the group at each look that finds it there (so that its id cannot be another
+// group's yet).
+func (p *procs) waitGone(d time.Duration, again syscall.Signal) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		if p.gone() {
+			return true
+		}
+		exited, tick := (<-chan struct{})(p.exited), (<-chan time.Time)(nil)
+		if p.leaderExited() {
+			if again != 0 {
+				p.signal(again)
+			}
+			exited, tick = nil, time.After(groupPoll)
+		}
+		select {
+		case <-exited:
+		case <-tick:
+		case <-deadline.C:
+			return p.gone()
+		}
+	}
+}
+
+// ending is what end did.
+type ending struct {
+	killed       bool // some process of the group was still there --grace after SIGTERM: SIGKILL was sent
+	leaderKilled bool // cmd itself was: it did not exit at SIGTERM
+	lingered     bool // the group was still there killWait after SIGKILL
+}
+
+// end ends cmd and its process group: SIGTERM, then SIGKILL when some process of it is left grace later
+// (cmd or another; again and again, until the group is gone, killWait at most). It returns once the
+// group is gone, or killWait after SIGKILL.
+func (p *procs) end(grace time.Duration) ending {
+	var en ending
+	p.signal(syscall.SIGTERM)
+	if p.waitGone(grace, 0) {
+		return en
+	}
+	en.killed, en.leaderKilled = true, !p.leaderExited()
+	p.signal(syscall.SIGKILL)
+	en.lingered = !p.waitGone(killWait, syscall.SIGKILL)
+	return en
+}
+
+// stop ends cmd, running, and its process group (see end), and returns how it ended, for messages ("was
+// sent SIGTERM, and exited with status 143"), and the status run takes as cmd's.
+func (p *procs) stop(grace time.Duration) (how string, status int) {
+	en := p.end(grace)
+	switch {
+	case en.leaderKilled:
+		how = "was sent SIGTERM, did not exit within --grace " + grace.String() + ", was sent SIGKILL"
+	case en.killed:
+		how = "was sent SIGTERM (processes of its group still there --grace " + grace.String() + " later were sent SIGKILL)"
+	default:
+		how = "was sent SIGTERM"
+	}
+	if p.leaderExited() {
+		status = exitStatus(p.cmd.ProcessState)
+		how += fmt.Sprintf(", and exited with status %d", status)
+	} else { // stuck in the kernel
+		status = 128 + int(syscall.SIGKILL)
+		how += fmt.Sprintf(", and had not exited %v later", killWait)
+	}
+	return how + p.lingered(en), status
+}
+
+// endLeft ends what cmd, which exited, left in its process group (see end), and returns what run did,
+// for messages.
+func (p *procs) endLeft(grace time.Duration) string {
+	en := p.end(grace)
+	how := "they were sent SIGTERM"
+	if en.killed {
+		how += ", were still there --grace " + grace.String() + " later, and were sent SIGKILL"
+	}
+	return how + p.lingered(en)
+}
+
+// lingered is what messages add when the group outlived killWait.
+func (p *procs) lingered(en ending) string {
+	if !en.lingered {
+		return ""
+	}
+	return fmt.Sprintf("; its process group %d was still there %v after SIGKILL", p.cmd.Process.Pid, killWait)
 }
 
 // inForeground reports whether stdin is a terminal whose foreground process group is run's own: the

@@ -393,8 +393,8 @@ func TestRunForwardsSIGTERM(t *testing.T) {
 	}
 }
 
-// relock run in this process, cancelled (as by SIGINT or SIGTERM) while its command runs: the command gets
-// SIGTERM, the lock is released, and nothing is left behind, no goroutine either.
+// relock run in this process, cancelled (as by SIGINT, SIGTERM or SIGHUP) while its command runs: the
+// command gets SIGTERM, the lock is released, and nothing is left behind, no goroutine either.
 func TestRunInProcessInterrupt(t *testing.T) {
 	srv := redistest.Start(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())

@@ -22,7 +22,28 @@ var buildFlags []string
 // binTimeout bounds one run of relockBin.
 const binTimeout = 2 * time.Minute
 
+// helperEnv names, in the environment of the test binary run again as a helper process, the helper it is
+// (a key of helpers): it runs that instead of the tests.
+const helperEnv = "RELOCK_TEST_HELPER"
+
+// helpers are the helper processes the test binary can be run as (see helperCommand): each returns the
+// helper's exit status.
+var helpers = map[string]func(args []string) int{}
+
+// helperCommand returns the command that runs the test binary as the helper name, with args.
+func helperCommand(t *testing.T, name string, args ...string) []string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{"env", helperEnv + "=" + name, exe}, args...)
+}
+
 func TestMain(m *testing.M) {
+	if name := os.Getenv(helperEnv); name != "" {
+		os.Exit(helpers[name](os.Args[1:]))
+	}
 	os.Exit(testMain(m))
 }
 

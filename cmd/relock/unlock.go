@@ -50,9 +50,11 @@ func runUnlock(ctx context.Context, e env) error {
 		}
 		conns, _ := clientConns(ctx, o.rdb)
 		printState(e.stdout, st, o.election, conns)
-		// A holder learns of it from its own watchdog, not from this release: relock's watchdog checks every
-		// hold each timeout/3 (renewals, and the checks of holds with a lease), Redisson's only stops renewing.
-		fmt.Fprintf(e.stdout, "Release %q now? Its holders are not told: each finds out at its watchdog's next check, "+
+		// A holder learns of it from its own Client, not from this release: from the watch of holds in
+		// milliseconds, or else from its watchdog, which checks every hold each timeout/3 (renewals, and the
+		// checks of holds with a lease). Redisson's watchdog only stops renewing.
+		fmt.Fprintf(e.stdout, "Release %q now? Its holders are not told by the release: a relock holder finds out "+
+			"in milliseconds where its Client watches its holds (the default), else at its watchdog's next check, "+
 			"within a third of its watchdog timeout (10 s with the default 30 s), and works on as the holder until "+
 			"then; its HoldContext ends then (ErrLockLost), and its Unlock fails (ErrNotHeld). A Redisson holder "+
 			"finds out only when its unlock fails. [y/N] ", name)

@@ -1,6 +1,7 @@
 // Package testutil holds the helpers the library's tests and the fault suite (tests/) share: Clients and
 // plain connections closed with the test, commands given as words, bounded contexts, polling, and fault
-// proxies. It is imported by tests only.
+// proxies. It is imported by tests only, and turns on, for every test binary that imports it, the checks
+// of relock's lifecycles' invariants (internal/invariant).
 package testutil
 
 import (
@@ -14,7 +15,10 @@ import (
 
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/faultnet"
+	"github.com/relock-go/relock/internal/invariant"
 )
+
+func init() { invariant.Enable() }
 
 // Client returns a relock Client on addrs, closed when t ends.
 func Client(t testing.TB, addrs []string, opts *relock.Options) *relock.Client {

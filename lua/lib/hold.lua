@@ -1,6 +1,8 @@
 -- The steps every kind's acquire script takes once it may grant the lock. A lock is a hash at its name:
 -- owner field -> hold count. A fenced lock has a counter (its key, or nil when the lock is not fenced);
--- each first acquisition takes its next value as the owner's fencing token, a reentry keeps it.
+-- each first acquisition takes its next value as the owner's fencing token, a reentry keeps it. ttl and at
+-- are the hold's time to live as hold_ttl (lib/clock.lua) returns them. Each grant's reply ends with
+-- Redis's clock (ms): a hold's budget (WithMaxHold) ends on this clock, counted from its first grant.
 
 -- fencing_token returns the token of an acquisition: a first one's new token, a reentry's current one, or
 -- 0 when the lock is not fenced.
@@ -14,35 +16,35 @@ local function fencing_token(counter, first)
   return tonumber(redis.call('get', counter) or 0)
 end
 
--- extend makes the lock live at least ttl ms from now: a reentry never shortens the hold (an inner
--- acquisition with a short lease must not cut short an outer one; Redisson resets the TTL to the inner
--- lease here).
-local function extend(lock, ttl)
+-- extend makes the lock live at least ttl ms from now (or until at): a reentry never shortens the hold (an
+-- inner acquisition with a short lease must not cut short an outer one; Redisson resets the TTL to the
+-- inner lease here).
+local function extend(lock, ttl, at)
   if redis.call('pttl', lock) < ttl then
-    redis.call('pexpire', lock, ttl)
+    expire_hold(lock, ttl, at)
   end
 end
 
--- first_hold gives the owner field its first hold of the lock, which lives ttl ms, and returns the
--- acquisition's reply {1, 1, token}. The caller has checked that the lock may be granted.
-local function first_hold(lock, field, ttl, counter)
+-- first_hold gives the owner field its first hold of the lock, which lives ttl ms (or until at), and
+-- returns the acquisition's reply {1, 1, token, now}. The caller has checked that the lock may be granted.
+local function first_hold(lock, field, ttl, at, counter)
   redis.call('hset', lock, field, 1)
-  redis.call('pexpire', lock, ttl)
-  return {1, 1, fencing_token(counter, true)}
+  expire_hold(lock, ttl, at)
+  return {1, 1, fencing_token(counter, true), now_ms()}
 end
 
 -- reenter adds a hold level for an owner field that holds the lock already, and returns the acquisition's
--- reply {1, count, token}.
-local function reenter(lock, field, ttl, counter)
+-- reply {1, count, token, now}.
+local function reenter(lock, field, ttl, at, counter)
   local count = redis.call('hincrby', lock, field, 1)
-  extend(lock, ttl)
-  return {1, count, fencing_token(counter, false)}
+  extend(lock, ttl, at)
+  return {1, count, fencing_token(counter, false), now_ms()}
 end
 
 -- hold_again gives an owner field that holds the lock already its hold back, with no new level (a lock its
 -- owners hold once at most: an Election's, where a second Campaign must not need a second Resign), at
--- least ttl ms from now, and returns the acquisition's reply {1, count, token}.
-local function hold_again(lock, field, ttl, counter)
-  extend(lock, ttl)
-  return {1, tonumber(redis.call('hget', lock, field)), fencing_token(counter, false)}
+-- least ttl ms from now (or until at), and returns the acquisition's reply {1, count, token, now}.
+local function hold_again(lock, field, ttl, at, counter)
+  extend(lock, ttl, at)
+  return {1, tonumber(redis.call('hget', lock, field)), fencing_token(counter, false), now_ms()}
 end

@@ -13,8 +13,10 @@
 -- all its waiters try again) has its owner dropped, and the next is tried.
 
 -- name_waiter names the first waiter (lowest alive time) that match accepts on its Client's channel, as
--- told above, dropping those whose Client does not hear it; it returns the owner named, or nil.
-local function name_waiter(waiters, wakes, publish, match)
+-- told above, dropping those whose Client does not hear it; it returns the owner named, or nil. With later,
+-- the name is sent as '~<owner>': the Client wakes the owner after a head start it leaves to Redisson's
+-- waiters (see announce_release).
+local function name_waiter(waiters, wakes, publish, match, later)
   local at = 0
   while true do
     local owner = redis.call('zrange', waiters, at, at)[1]
@@ -23,7 +25,11 @@ local function name_waiter(waiters, wakes, publish, match)
     end
     if match(owner) then
       redis.call('zrem', waiters, owner)
-      if redis.call(publish, wakes .. ':' .. string.match(owner, '^[^:]*'), owner) > 0 then
+      local name = owner
+      if later then
+        name = '~' .. owner
+      end
+      if redis.call(publish, wakes .. ':' .. string.match(owner, '^[^:]*'), name) > 0 then
         return owner
       end
     else
@@ -39,10 +45,13 @@ end
 -- announce_release announces that a reentrant lock is free, as told above: message is Redisson's unlock
 -- message, named the named message, publish 'publish' or 'spublish'.
 --
--- yield, when given and not '', is the ID of a Client that lets the others go first: the release names a
--- waiter of another Client if there is one (and returns 1); else it publishes the unlock message first
--- and returns 2 if anybody heard it; else it names a waiter of the yielding Client, if any, and returns
--- 0.
+-- yield, when given and not '', is the ID of a Client that lets the others go first (it handed the lock
+-- over to its own waiters maxHandoffs times in a row). The release publishes Redisson's unlock message
+-- for Redisson's waiters alone (the named message before it makes relock's Clients ignore it); if anybody
+-- heard it, the waiters of relock's Clients are woken only after a head start (the yielding Client's by
+-- the Client itself). It names a waiter of another Client if there is one, and returns 1 (3 when
+-- somebody heard the unlock message); else 2 when somebody heard it; else it names a waiter of the
+-- yielding Client, if any, and returns 0.
 local function announce_release(waiters, wakes, channel, publish, message, named, yield)
   yield = yield or ''
   local present = redis.call('exists', waiters) == 1
@@ -56,16 +65,19 @@ local function announce_release(waiters, wakes, channel, publish, message, named
     redis.call(publish, channel, message)
     return 0
   end
+  redis.call(publish, channel, named)
+  local heard = redis.call(publish, channel, message) > 0
   local prefix = yield .. ':'
   local function other(owner)
     return string.sub(owner, 1, #prefix) ~= prefix
   end
-  if present and name_waiter(waiters, wakes, publish, other) then
-    redis.call(publish, channel, named)
-    redis.call(publish, channel, message)
+  if present and name_waiter(waiters, wakes, publish, other, heard) then
+    if heard then
+      return 3
+    end
     return 1
   end
-  if redis.call(publish, channel, message) > 0 then
+  if heard then
     return 2
   end
   if present then
