@@ -253,9 +253,10 @@ func checkGuardLogs(h *history) []violation {
 }
 
 // redissonChances is how many holds of one relock Client a Redisson waiter may see while it waits:
-// docs/redisson.md ("Handoffs within a Client"): "A Redisson waiter therefore gets a chance at least every 9
-// holds of a relock Client". A chance is a race it may lose (a relock waiter 5 ms behind it, a new caller),
-// so three are allowed: 27 holds.
+// docs/redisson.md ("Handoffs within a Client"): "at least once every 9 holds of a relock Client, the free
+// lock is offered to Redisson's waiters, with that head start" (5 ms). An offer is a race it may lose (its
+// attempt late, a new caller), so three are allowed: 27 holds. (The doc's own test lets a Redisson waiter
+// see 36 relock holds in a row from two Clients, 18 each.)
 const redissonChances = 3 * 9
 
 // checkRedisson: a waiter speaking Redisson's protocol is not starved by relock Clients handing the lock

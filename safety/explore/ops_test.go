@@ -291,13 +291,17 @@ return redis.call('pttl', KEYS[1])`, "2", s.name, "{"+s.name+"}:"+field+":rwlock
 	}
 }
 
-// checkBudget is called when x's context ended with ErrMaxHoldReached, at Client time the budget's end or
-// after it: Redis must not have the hold any more. WithMaxHold: "No acquisition, renewal or Extend gives it
-// a time to live in Redis beyond that point, so Redis drops it there even if its Client is cut off". The
-// bound allowed is 2 ms (Redis's and Go's clocks, a lease rounded up to whole milliseconds). A hold Redis
+// checkBudget is called when x's context ended with ErrMaxHoldReached: by x's budget's end, Redis must not
+// have the hold any more. WithMaxHold: "Redis drops the hold d after it granted the first acquisition, on
+// Redis's clock (to the millisecond), even if its Client is cut off: no later acquisition, renewal or
+// Extend gives it a time to live past that point". The first acquisition was granted before it returned
+// (x.grant; one machine, one clock), so Redis has nothing of the hold 2 ms after x.grant + d (the 2 ms are
+// the millisecond and the clocks' reading), or after its Client ended it, whichever is later. A hold Redis
 // still has is reported with its time to live.
 func (s *sched) checkBudget(a *actor, l lockHandle, x *hold, at time.Duration) {
-	time.Sleep(2 * time.Millisecond)
+	var grant time.Duration
+	s.h.update(func() { grant = x.grant })
+	time.Sleep(max(at, grant+l.maxHold) + 2*time.Millisecond - s.h.now())
 	field := ownerField(s.e.clients[a.client][0], a.owner) + l.suffix
 	// One script run: whether Redis has the hold, and its time to live.
 	r, err := s.e.do(0, "EVAL", `if ARGV[2] == '1' then
@@ -309,8 +313,8 @@ return {redis.call('hexists', KEYS[1], ARGV[1]), redis.call('pttl', KEYS[1])}`, 
 	if err != nil || len(r) != 2 || r[0] != 1 {
 		return
 	}
-	s.h.fail("max hold: actor %d's %s hold (budget %v, acquired %s..%s) ended for its Client at %s (ErrMaxHoldReached), and Redis still has it 2 ms later, for %d ms more",
-		a.id, l.op, l.maxHold, ms(x.invoke), ms(x.grant), ms(at), r[1])
+	s.h.fail("max hold: actor %d's %s hold (budget %v, acquired %s..%s) ended for its Client at %s (ErrMaxHoldReached), and Redis still has it at %s, for %d ms more",
+		a.id, l.op, l.maxHold, ms(x.invoke), ms(grant), ms(at), ms(s.h.now()), r[1])
 }
 
 // reenter takes the lock again (the hold count must be 2), releases once (1 again), checking HoldCount
