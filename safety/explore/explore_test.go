@@ -97,8 +97,11 @@ func exploreKind(t *testing.T, k *kind) {
 				}
 				violations.Add(int64(len(o.violations)))
 				if *keepGoing { // each schedule's violations, in a line each (the first schedule's in full below)
-					for _, v := range o.violations {
+					for i, v := range o.violations {
 						t.Logf("seed %d (%.1f s in): %s", o.p.seed, time.Since(start).Seconds(), v)
+						if testing.Verbose() && i < 3 { // with -v, each one's history too
+							t.Logf("history around it:\n%s", o.h.around(v.from-300*time.Millisecond, v.to+100*time.Millisecond))
+						}
 					}
 				}
 				mu.Lock()
