@@ -86,6 +86,10 @@ type call struct {
 	observerLeader bool
 	revoke         string // a Revoke's reason
 	redisson       bool   // a Redisson client's wait
+	// A Redisson client's wait: when it was subscribed to the lock's channel, and when it heard an unlock
+	// message there.
+	subscribed [][2]time.Duration
+	heard0     []time.Duration
 }
 
 // leaderRec is an election win: the owner and term a Campaign returned, when.

@@ -119,7 +119,7 @@ func redissonActor(s *sched, a *actor) {
 			op: fmt.Sprintf("Redisson.tryLock(wait %v)", wait)}
 		c.invoke = s.h.now()
 		c.deadline = c.invoke + wait
-		ok, err := r.tryLock(wait)
+		ok, err := r.tryLock(wait, c)
 		c.ret, c.err, c.granted = s.h.now(), err, ok
 		s.h.addCall(c)
 		if !ok {
@@ -167,7 +167,11 @@ func (r *redissonClient) attempt() (bool, time.Duration, error) {
 // tryLock is Redisson's RLock.tryLock(wait): one attempt; then, subscribed to the lock's channel, an attempt
 // on each unlock message ("0", or a read lock's "1") or when the holder's time to live has passed, until the
 // wait is over.
-func (r *redissonClient) tryLock(wait time.Duration) (bool, error) {
+//
+// It records in c the stretches in which it was subscribed, and when it heard an unlock message: the
+// releases it was told of (checkRedisson).
+func (r *redissonClient) tryLock(wait time.Duration, c *call) (bool, error) {
+	h := r.s.h
 	deadline := time.Now().Add(wait)
 	ok, ttl, err := r.attempt()
 	if ok || err != nil {
@@ -177,13 +181,22 @@ func (r *redissonClient) tryLock(wait time.Duration) (bool, error) {
 	var conn rueidis.DedicatedClient
 	var closeConn func()
 	var lost <-chan error
+	unsubscribed := func() {
+		h.update(func() {
+			if n := len(c.subscribed); n > 0 && c.subscribed[n-1][1] == forever {
+				c.subscribed[n-1][1] = h.now()
+			}
+		})
+	}
 	subscribe := func() {
 		if closeConn != nil {
+			unsubscribed()
 			closeConn()
 		}
 		conn, closeConn = r.rdb.Dedicate()
 		lost = conn.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) {
 			if m.Message == "0" || m.Message == "1" {
+				h.update(func() { c.heard0 = append(c.heard0, h.now()) })
 				select {
 				case woken <- struct{}{}:
 				default:
@@ -196,10 +209,13 @@ func (r *redissonClient) tryLock(wait time.Duration) (bool, error) {
 			lost = nil // it waits for the time to live alone, until the next attempt subscribes again
 			closeConn()
 			closeConn = nil
+			return
 		}
+		h.update(func() { c.subscribed = append(c.subscribed, [2]time.Duration{h.now(), forever}) })
 	}
 	subscribe()
 	defer func() {
+		unsubscribed()
 		if closeConn != nil {
 			closeConn()
 		}
@@ -222,6 +238,7 @@ func (r *redissonClient) tryLock(wait time.Duration) (bool, error) {
 		case <-woken:
 		case <-t.C:
 		case <-lost: // the subscription's connection broke (Redisson subscribes again)
+			unsubscribed()
 			subscribe()
 		}
 		t.Stop()
