@@ -278,18 +278,25 @@ func checkRedisson(h *history, b bounds) []violation {
 		for _, sub := range w.subscribed {
 			free := faultFree(h, b, sub[0], min(sub[1], w.ret), forced)
 			// The stretches between two messages heard (and the subscription's ends), each counted apart.
+			// A takeover or a forced unlock begins a chain afresh, as a release would: a cut too.
 			cuts := []time.Duration{sub[0]}
 			for _, t := range w.heard0 {
 				if t > sub[0] && t < sub[1] {
 					cuts = append(cuts, t)
 				}
 			}
+			for _, f := range h.forced {
+				if f.to > sub[0] && f.to < sub[1] {
+					cuts = append(cuts, f.to)
+				}
+			}
+			slices.Sort(cuts)
 			cuts = append(cuts, min(sub[1], w.ret))
 			for i := 1; i < len(cuts); i++ {
 				from, to := cuts[i-1], cuts[i]
 				counts := map[int]int{}
 				for _, x := range h.holds {
-					if x.phantom || x.redisson || x.client < 0 || x.grant <= from || x.grant >= to ||
+					if x.phantom || x.redisson || x.taker || x.client < 0 || x.grant <= from || x.grant >= to ||
 						!slices.ContainsFunc(free, func(s [2]time.Duration) bool { return s[0] <= x.grant && x.grant < s[1] }) {
 						continue
 					}

@@ -68,7 +68,7 @@ func redissonStays(name, key string) bool {
 }
 
 // redissonKindActor: relock's actors on a plain Lock (no fencing, as a service sharing it with Redisson's
-// would use it), revokers among them; and the Redisson actors.
+// would use it), revokers among them (requests and Revokes, no TakeOver); and the Redisson actors.
 func redissonKindActor(s *sched, a *actor) {
 	if a.role.redisson {
 		redissonActor(s, a)
