@@ -65,7 +65,7 @@ func (c *Client) fairLock(name string, o lockOptions, election bool) *FairLock {
 	s := &fairSpec{channel: channel,
 		acquireKeys: append(slices.Clip(keys), undoneKey(name), companion("relock_rwlock_writers", name),
 			companion("relock_election", name), scratch),
-		releaseKeys: append(slices.Clip(keys), companion("relock_release", name), undoneKey(name))}
+		releaseKeys: append(slices.Clip(keys), companion("relock_release", name), undoneKey(name), companion("relock_release_void", name))}
 	if election {
 		s.election = "1"
 	}
@@ -88,7 +88,7 @@ func (c *Client) fairLock(name string, o lockOptions, election bool) *FairLock {
 type fairSpec struct {
 	channel     string
 	acquireKeys []string // the queue scripts' keys, the undone marks, other kinds' companions, the scratch set, the fencing counter if fenced
-	releaseKeys []string // the queue scripts' keys, the release record, the undone attempts' marks
+	releaseKeys []string // the queue scripts' keys, the release record, the undone attempts' marks, the void marks
 	aliveTTL    string   // how long a waiter stays alive unrefreshed: the watchdog timeout, ms
 	wait        string   // Redisson's fair lock wait time, ms
 	election    string   // "1" for an Election's lock: the stream of leaders is its own, and each owner holds it once at most
@@ -110,7 +110,7 @@ func (s *fairSpec) acquire(a acquireCall) scriptCall {
 
 func (s *fairSpec) release(r releaseCall) scriptCall {
 	return scriptCall{script: scriptFairRelease, keys: s.releaseKeys,
-		args: []string{r.field, unlockMessage, r.expected, r.request, r.publish}}
+		args: []string{r.field, unlockMessage, r.expected, r.request, r.publish, voidMarkTTLArg}}
 }
 
 func (s *fairSpec) forceRelease(publish string) scriptCall {

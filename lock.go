@@ -111,10 +111,11 @@ func (l *RLock) TryLock(ctx context.Context, wait, lease time.Duration) (bool, e
 // such as context.WithoutCancel(ctx), which keeps the owner it carries.
 //
 // When a release's reply is lost (the connection breaks while it is in flight), Unlock sends the same
-// request again, up to three times while ctx allows, then in the background as above; a repeated request
-// never releases twice. If a repeat finds that the owner holds nothing, Unlock returns ErrNotHeld: the lost
-// request released the last hold, or the hold had been lost before; either way the lock is not the owner's
-// any more.
+// request again, up to three times while ctx allows, then in the background as above; the request is
+// applied once, whatever the order its sendings reach Redis in: one held up on the way that arrives after
+// a repeat, within two seconds of it, changes nothing, even when the owner holds the lock again by then.
+// If a repeat finds that the owner holds nothing, Unlock returns ErrNotHeld: the lost request released the
+// last hold, or the hold had been lost before; either way the lock is not the owner's any more.
 func (l *RLock) Unlock(ctx context.Context) error { return l.unlock(ctx) }
 
 // ForceUnlock releases the lock whoever holds it, however many times, and wakes its waiters. It reports

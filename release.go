@@ -100,9 +100,9 @@ func (l *RLock) unlockInBackground(ctx context.Context) error {
 // releaseInBackground completes, on the Client's lifetime, a release whose outcome Unlock could not learn
 // (its ctx ended before, or while, it was sent; or the connection broke): it sends the request, again and
 // again, until Redis answers (LOADING and the like are no answer: see retryUnknown) or the hold would have
-// expired. A repeated request never releases twice. If it is the owner's last hold, the hold ends at once
-// for the Client: the watchdog stops renewing it and its contexts end with context.Canceled. The owner's
-// next operation on the lock waits for the release, as for an undo (see undoAcquire).
+// expired. A repeated request is applied once (see release). If it is the owner's last hold, the hold
+// ends at once for the Client: the watchdog stops renewing it and its contexts end with context.Canceled.
+// The owner's next operation on the lock waits for the release, as for an undo (see undoAcquire).
 func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 	call = repeating(call)
 	after, deadline, settling := l.c.holds.unlocking(k)
@@ -146,7 +146,8 @@ func (l *RLock) giveUp(life context.Context, k holdKey, deadline time.Time) erro
 	}
 }
 
-// release sends one release request; sending the same request again never releases twice. The publish
+// release sends one release request; sending the same request again (repeating) applies it once, whatever
+// the order the sendings reach Redis in, a late one within voidMarkTTLArg of a repeat. The publish
 // command is found out first when it is not known yet (ShardedPubSubAuto); a probe that gets no answer
 // fails the call as an unanswered release would, so that it is repeated the same way.
 func (l *RLock) release(ctx context.Context, call releaseCall) (int64, error) {
@@ -158,6 +159,12 @@ func (l *RLock) release(ctx context.Context, call releaseCall) (int64, error) {
 	return l.c.scripts.runInt(ctx, sc)
 }
 
+// voidMarkTTLArg is how long, in ms, the void mark a repeated release request leaves lives: a sending of
+// the same request that reaches Redis later (held up on the way) changes nothing within that time (see
+// lua/lib/release.lua). Such a sending arrives within a network delay, or never, as an undone acquisition
+// attempt does: the same bound (undoMarkTTL).
+var voidMarkTTLArg = fmtMillis(undoMarkTTL)
+
 // newRelease is a release request of the owner field, with a fresh id, marked as sent first.
 func newRelease(field string) releaseCall {
 	var id [14]byte // '!' and up to 13 base-36 digits
@@ -166,7 +173,8 @@ func newRelease(field string) releaseCall {
 }
 
 // repeating marks a release request as sent again: the script then checks whether it was applied already
-// (the first sending skips that read).
+// (the first sending skips that read), and leaves a void mark, so that a sending of the same request
+// arriving later, held up on the way, changes nothing (see lua/lib/release.lua).
 func repeating(call releaseCall) releaseCall {
 	if call.request != "" {
 		call.request = "?" + call.request[1:]

@@ -21,20 +21,21 @@ package relock
 func (c *Client) Lock(name string, opts ...LockOption) *RLock {
 	o := buildOptions(opts)
 	k := companions(name, "redisson_lock__channel", "relock_undone", "relock_release", "redisson_lock_token",
-		"redisson_lock_queue", "relock_rwlock_writers", "relock_election", "relock_lock_waiters", "relock_lock_wake")
-	channel, undone, release, token, waiters, wakes := k[0], k[1], k[2], k[3], k[7], k[8]
+		"redisson_lock_queue", "relock_rwlock_writers", "relock_election", "relock_lock_waiters", "relock_lock_wake",
+		"relock_release_void")
+	channel, undone, release, token, waiters, wakes, voids := k[0], k[1], k[2], k[3], k[7], k[8], k[9]
 	// The acquisition reads the companions that tell another kind (lua/lib/kinds.lua).
-	keys := []string{name, undone, k[4], k[5], k[6], waiters, token, name, channel, release, undone, waiters, wakes,
+	keys := []string{name, undone, k[4], k[5], k[6], waiters, token, name, channel, release, undone, waiters, wakes, voids,
 		name, waiters, channel, wakes}
 	made := &struct { // the lock, its spec and its waiters in one allocation
 		l RLock
 		s rlockSpec
 		q waitQueue
-	}{s: rlockSpec{name: name, channel: channel, acquireKeys: keys[0:6:6], releaseKeys: keys[7:13:13]}}
+	}{s: rlockSpec{name: name, channel: channel, acquireKeys: keys[0:6:6], releaseKeys: keys[7:14:14]}}
 	if o.fenced {
 		made.s.acquireKeys = keys[0:7:7]
 	}
-	made.q = waitQueue{c: c, entries: waiters, leave: scriptRLockLeave, leaveKeys: keys[13:17:17],
+	made.q = waitQueue{c: c, entries: waiters, leave: scriptRLockLeave, leaveKeys: keys[14:18:18],
 		leaveArgs: rlockLeaveArgs, message: unlockMessage, lazy: true, wakes: wakes,
 		refresh: renewal{script: scriptQueueRefresh, keys: keys[5:6:6]}}
 	made.s.q = &made.q
@@ -54,7 +55,7 @@ var rlockLeaveArgs = []string{namedMessage}
 type rlockSpec struct {
 	name, channel string
 	acquireKeys   []string // the lock, the undone marks, other kinds' companions, the waiting owners, the fencing counter if fenced
-	releaseKeys   []string // the lock, the channel, the release record, the undone attempts' marks, the waiting owners, the wakes prefix
+	releaseKeys   []string // the lock, the channel, the release record, the undone attempts' marks, the waiting owners, the wakes prefix, the void marks
 	aliveTTL      string   // how long a waiting owner stays alive unrefreshed: the watchdog timeout, ms
 	q             *waitQueue
 }
@@ -72,7 +73,7 @@ func (s *rlockSpec) acquire(a acquireCall) scriptCall {
 
 func (s *rlockSpec) release(r releaseCall) scriptCall {
 	return scriptCall{script: scriptRelease, keys: s.releaseKeys,
-		args: []string{r.field, unlockMessage, r.expected, r.request, r.publish, namedMessage}}
+		args: []string{r.field, unlockMessage, r.expected, r.request, r.publish, namedMessage, voidMarkTTLArg}}
 }
 
 // handoff is a release that, at the owner's last hold, hands the lock to the owner field next
@@ -84,7 +85,7 @@ func (s *rlockSpec) handoff(r releaseCall, next, attempt, ttl, counter, client s
 		keys = append(keys[:len(keys):len(keys)], counter)
 	}
 	return scriptCall{script: scriptHandoff, keys: keys,
-		args: []string{r.field, unlockMessage, r.expected, r.request, r.publish, namedMessage, next, attempt, ttl, client}}
+		args: []string{r.field, unlockMessage, r.expected, r.request, r.publish, namedMessage, next, attempt, ttl, client, voidMarkTTLArg}}
 }
 
 // counter is the fencing token counter's key when the lock is fenced, else "".

@@ -56,9 +56,9 @@ func newRawLock(b *testing.B, rdb rueidis.Client, name, owner string) *rawLock {
 		acqKeys: []string{name, "relock_undone:{" + name + "}", "redisson_lock_queue:{" + name + "}",
 			"relock_rwlock_writers:{" + name + "}", "relock_election:{" + name + "}", "relock_lock_waiters:{" + name + "}"},
 		relKeys: []string{name, "redisson_lock__channel:{" + name + "}", "relock_release:{" + name + "}", "relock_undone:{" + name + "}",
-			"relock_lock_waiters:{" + name + "}", "relock_lock_wake:{" + name + "}"},
+			"relock_lock_waiters:{" + name + "}", "relock_lock_wake:{" + name + "}", "relock_release_void:{" + name + "}"},
 		acqArgs: []string{"30000", field, "a1", "0", "30000"}, // an attempt id, as relock sends one; not waiting
-		relArgs: []string{field, "0", "", "!r1", "publish", "-1"},
+		relArgs: []string{field, "0", "", "!r1", "publish", "-1", "2000"},
 	}
 }
 

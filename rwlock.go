@@ -59,7 +59,7 @@ func (c *Client) ReadWriteLock(name string, opts ...LockOption) *ReadWriteLock {
 	// The acquisitions read the companions that tell another kind (lua/lib/kinds.lua).
 	shared := rwKeys{base: base, baseArg: []string{base},
 		lockKeys:    []string{name, writers, undoneKey(name), companion("redisson_lock_queue", name), companion("relock_election", name)},
-		releaseKeys: []string{name, channel, companion("relock_rwlock_release", name), undoneKey(name)}}
+		releaseKeys: []string{name, channel, companion("relock_rwlock_release", name), undoneKey(name), companion("relock_release_void", name)}}
 
 	ro := o
 	ro.fenced = false
@@ -93,12 +93,12 @@ type rwKeys struct {
 	base        string   // starts the read-hold keys: "{<name>}", or the name when it holds a "{"
 	baseArg     []string // base, as the last arg of a reader's renewal
 	lockKeys    []string // the lock, the waiting priority writers, the undone marks, other kinds' companions
-	releaseKeys []string // the lock, the channel, the release records, the undone attempts' marks
+	releaseKeys []string // the lock, the channel, the release records, the undone attempts' marks, the void marks
 }
 
 func (k *rwKeys) release(sc *script, r releaseCall) scriptCall {
 	return scriptCall{script: sc, keys: k.releaseKeys,
-		args: []string{r.field, readUnlockMessage, r.expected, r.request, r.publish, k.base}}
+		args: []string{r.field, readUnlockMessage, r.expected, r.request, r.publish, k.base, voidMarkTTLArg}}
 }
 
 func (k *rwKeys) forceRelease(publish string) scriptCall {

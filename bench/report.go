@@ -299,8 +299,8 @@ func (r *rawScripts) acquire1(ctx context.Context, key string) error {
 
 func (r *rawScripts) release1(ctx context.Context, key string) error {
 	keys := []string{key, "redisson_lock__channel:{" + key + "}", "relock_release:{" + key + "}", "relock_undone:{" + key + "}",
-		"relock_lock_waiters:{" + key + "}", "relock_lock_wake:{" + key + "}"}
-	return r.release.Exec(ctx, r.rdb, keys, []string{rawField, "0", "", "!r1", "publish", "-1"}).Error()
+		"relock_lock_waiters:{" + key + "}", "relock_lock_wake:{" + key + "}", "relock_release_void:{" + key + "}"}
+	return r.release.Exec(ctx, r.rdb, keys, []string{rawField, "0", "", "!r1", "publish", "-1", "2000"}).Error()
 }
 
 // rawLocker runs the raw scripts as a locker, so that the floors are measured the way the libraries are

@@ -8,14 +8,17 @@
 -- KEYS[5]  the channel prefix, redisson_lock__channel:{<name>}; a waiter listens on "<prefix>:<owner>"
 -- KEYS[6]  the release record (see rlock_release.lua)
 -- KEYS[7]  the undone attempts' marks, deleted with the lock (see rlock_release.lua)
+-- KEYS[8]  the void marks of repeated requests, relock_release_void:{<name>} (see lib/release.lua)
 -- ARGV[1]  the owner field
 -- ARGV[2]  the unlock message ("0")
 -- ARGV[3]  '' or the hold count the owner must have (the undo of an acquisition whose reply was lost)
 -- ARGV[4]  '' or the request, '!' or '?' then its id (see rlock_release.lua)
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
+-- ARGV[6]  how long a repeat's void mark lives, in milliseconds (see lib/release.lua)
 --
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
---         the owner's remaining hold count otherwise; 0 means the lock was deleted and the head woken;
+--         the owner's remaining hold count otherwise (see rlock_release.lua); 0 means the lock was deleted
+--         and the head woken;
 --         an error RELOCK_... when the key is no reentrant lock's (see lib/kinds.lua): nothing changed.
 -- @include lib/clock.lua
 -- @include lib/release.lua
@@ -26,7 +29,7 @@ local refused = held_refusal(KEYS[1], false)
 if refused then
   return refused
 end
-local left = release_hold(KEYS[1], KEYS[6], KEYS[7], ARGV[1], ARGV[3], ARGV[4])
+local left = release_hold(KEYS[1], KEYS[6], KEYS[7], KEYS[8], ARGV[1], ARGV[3], ARGV[4], ARGV[6])
 if left ~= 0 then
   return left
 end

@@ -3,9 +3,10 @@
 -- from one owner to the next in this one script run (see gate.go in the library); or, when the Client has
 -- handed it over enough times in a row, announce the release letting the other Clients' waiters go first.
 --
--- KEYS[1..6]  as rlock_release.lua's: the lock, the release channel, the release record, the undone
---             attempts' marks, relock's waiting owners, the prefix of the Clients' wake channels
--- KEYS[7]     when the next owner's lock is fenced: the fencing token counter, redisson_lock_token:{<name>}
+-- KEYS[1..7]  as rlock_release.lua's: the lock, the release channel, the release record, the undone
+--             attempts' marks, relock's waiting owners, the prefix of the Clients' wake channels, the void
+--             marks of repeated requests
+-- KEYS[8]     when the next owner's lock is fenced: the fencing token counter, redisson_lock_token:{<name>}
 -- ARGV[1..6]  as rlock_release.lua's
 -- ARGV[7]     the next owner's field, or '' to hand it to nobody: the release is announced, naming a
 --             waiter of the releasing Client only if no other Client's waits (see announce_release)
@@ -14,6 +15,8 @@
 --             after its undo hands nothing: the release is then announced as rlock_release.lua's is
 -- ARGV[9]     how long the next owner's hold lives, in milliseconds (its lease, or the watchdog timeout)
 -- ARGV[10]    the releasing Client's ID
+-- ARGV[11]    as rlock_release.lua's ARGV[7]: how long a repeat's void mark lives (a handoff is always a
+--             first sending: repeats are sent as rlock_release.lua, but a void handoff changes nothing)
 --
 -- Returns {left, 0, 0}     as rlock_release.lua: -1 when the owner does not hold the lock (nothing changed),
 --                          its remaining hold count when it still holds it, 0 when the lock was deleted and
@@ -40,7 +43,7 @@ if refused then
 end
 -- The handoff's arrival uses its mark up, whatever the release does: it never comes again.
 local hands = ARGV[7] ~= '' and not undone(KEYS[4], ARGV[7], ARGV[8])
-local left = release_hold(KEYS[1], KEYS[3], KEYS[4], ARGV[1], ARGV[3], ARGV[4])
+local left = release_hold(KEYS[1], KEYS[3], KEYS[4], KEYS[7], ARGV[1], ARGV[3], ARGV[4], ARGV[11])
 if left ~= 0 then
   return {left, 0, 0}
 end
@@ -52,5 +55,5 @@ if not hands then
   return {0, 0, announce_release(KEYS[5], KEYS[6], KEYS[2], ARGV[5], ARGV[2], ARGV[6], yield)}
 end
 redis.call('zrem', KEYS[5], ARGV[7])
-local granted = first_hold(KEYS[1], ARGV[7], tonumber(ARGV[9]), nil, KEYS[7])
+local granted = first_hold(KEYS[1], ARGV[7], tonumber(ARGV[9]), nil, KEYS[8])
 return {0, 1, granted[3], granted[4]}

@@ -8,6 +8,7 @@
 -- KEYS[4]  the undone attempts' marks, relock_undone:{<name>}, deleted with the lock (see lib/undone.lua)
 -- KEYS[5]  relock's waiting owners, relock_lock_waiters:{<name>} (see lib/waiters.lua)
 -- KEYS[6]  the prefix of relock's Clients' wake channels, relock_lock_wake:{<name>} (see lib/waiters.lua)
+-- KEYS[7]  the void marks of repeated requests, relock_release_void:{<name>} (see lib/release.lua)
 -- ARGV[1]  the owner field
 -- ARGV[2]  the unlock message ("0", as Redisson's LockPubSub.UNLOCK_MESSAGE)
 -- ARGV[3]  '' or the hold count the owner must have for the release to happen. Used to undo an acquisition
@@ -15,12 +16,15 @@
 -- ARGV[4]  '' or the request: '!' then its id when sent first, '?' then the same id when sent again after
 --          its reply was lost. A first sending is recorded if it leaves the owner holding; a repeat is not
 --          applied if the record names it. (If it released the last hold, the owner holds nothing and a
---          repeat changes nothing either.) Only repeats read the record.
+--          repeat changes nothing either.) Only repeats read the record. A repeat leaves a void mark in
+--          KEYS[7], and a sending of the same id that arrives after it, held up on the way, changes nothing.
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 -- ARGV[6]  the named message, published on KEYS[2] when a relock waiter was woken by name (lib/waiters.lua)
+-- ARGV[7]  how long a repeat's void mark lives, in milliseconds (see lib/release.lua)
 --
 -- Returns -1 when the owner does not hold the lock (or its count is not ARGV[3]): nothing was changed;
---         the owner's remaining hold count otherwise (for a repeated request, the current count, unchanged);
+--         the owner's remaining hold count otherwise (for a repeated request, or a sending of one found
+--         void, the current count, unchanged);
 --         0 means the lock was deleted and its release announced (announce_release in lib/waiters.lua);
 --         an error RELOCK_... when the key is no reentrant lock's (see lib/kinds.lua): nothing changed.
 -- @include lib/clock.lua
@@ -32,7 +36,7 @@ local refused = held_refusal(KEYS[1], false)
 if refused then
   return refused
 end
-local left = release_hold(KEYS[1], KEYS[3], KEYS[4], ARGV[1], ARGV[3], ARGV[4])
+local left = release_hold(KEYS[1], KEYS[3], KEYS[4], KEYS[7], ARGV[1], ARGV[3], ARGV[4], ARGV[7])
 if left ~= 0 then
   return left
 end

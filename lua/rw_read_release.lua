@@ -6,16 +6,19 @@
 -- KEYS[3]  the release record, relock_rwlock_release:{<name>}: a hash from owner field to the request id of
 --          its last release that left it holding (see rlock_release.lua; read-write locks have many holders)
 -- KEYS[4]  the undone attempts' marks, relock_undone:{<name>}, deleted with the lock (see lib/undone.lua)
+-- KEYS[5]  the void marks of repeated requests, relock_release_void:{<name>} (see lib/release.lua)
 -- ARGV[1]  the owner field
 -- ARGV[2]  the message ("0": wakes one waiter per Client, a writer in practice)
 -- ARGV[3]  '' or the read count the owner must have (the undo of an acquisition whose reply was lost)
 -- ARGV[4]  '' or the request, '!' or '?' then its id (see rlock_release.lua)
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
 -- ARGV[6]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
+-- ARGV[7]  how long a repeat's void mark lives, in milliseconds (see lib/release.lua)
 --
 -- Returns -1 when the owner holds no read lock (or its count is not ARGV[3]; or every level of its hold
 --         expired, see lib/readers.lua): nothing was changed;
---         the owner's remaining read count otherwise (for a repeated request, the current one);
+--         the owner's remaining read count otherwise (for a repeated request, or a sending of one found
+--         void, the current one);
 --         an error RELOCK_... when the key is no read-write lock's (see lib/kinds.lua): nothing changed.
 -- @include lib/release.lua
 -- @include lib/readers.lua
@@ -25,6 +28,8 @@ local refused = held_refusal(KEYS[1], true)
 if refused then
   return refused
 end
+-- First of all: a repeat leaves its void mark whatever it finds (see lib/release.lua).
+local void = release_void(KEYS[5], release_mark(ARGV[1], ARGV[4]), ARGV[4], ARGV[7])
 if redis.call('hexists', KEYS[1], 'mode') == 0 then
   return -1
 end
@@ -36,7 +41,7 @@ if count and not read_hold_alive(ARGV[6], owner, count) then
   return -1
 end
 -- Each read hold level has its own key, deleted with the hold.
-local left = release_shared_hold(KEYS[1], KEYS[3], owner, ARGV[3], ARGV[4], function(level)
+local left = release_shared_hold(KEYS[1], KEYS[3], owner, ARGV[3], ARGV[4], void, function(level)
   redis.call('del', prefix .. owner .. ':rwlock_timeout:' .. level)
 end)
 if left ~= 0 then

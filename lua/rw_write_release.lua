@@ -5,14 +5,18 @@
 -- KEYS[2]  the channel, redisson_rwlock:{<name>}
 -- KEYS[3]  the release record (see rw_read_release.lua)
 -- KEYS[4]  the undone attempts' marks, deleted with the lock (see rw_read_release.lua)
+-- KEYS[5]  the void marks of repeated requests (see rw_read_release.lua)
 -- ARGV[1]  the owner's writer field, "<owner>:write"
 -- ARGV[2]  the message ("1", Redisson's READ_UNLOCK_MESSAGE: wakes every waiter)
 -- ARGV[3]  '' or the write count the owner must have (the undo of an acquisition whose reply was lost)
 -- ARGV[4]  '' or the request, '!' or '?' then its id (see rlock_release.lua)
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
+-- ARGV[6]  not used (the read half's tag: both halves are sent the same arguments)
+-- ARGV[7]  how long a repeat's void mark lives, in milliseconds (see lib/release.lua)
 --
 -- Returns -1 when the owner does not hold the write lock (or its count is not ARGV[3]): nothing changed;
---         the owner's remaining write count otherwise (for a repeated request, the current one);
+--         the owner's remaining write count otherwise (for a repeated request, or a sending of one found
+--         void, the current one);
 --         an error RELOCK_... when the key is no read-write lock's (see lib/kinds.lua): nothing changed.
 -- @include lib/release.lua
 -- @include lib/kinds.lua
@@ -21,10 +25,12 @@ local refused = held_refusal(KEYS[1], true)
 if refused then
   return refused
 end
+-- First of all: a repeat leaves its void mark whatever it finds (see lib/release.lua).
+local void = release_void(KEYS[5], release_mark(ARGV[1], ARGV[4]), ARGV[4], ARGV[7])
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' then
   return -1
 end
-local left = release_shared_hold(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[4], nil)
+local left = release_shared_hold(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[4], void, nil)
 if left ~= 0 then
   return left
 end

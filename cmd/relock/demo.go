@@ -246,7 +246,7 @@ func (d *demo) keys(i int) []string {
 	if d.cfg.Election {
 		// The fencing counter (the terms) and the stream of leaders persist by design: the demo removes
 		// them, with the fenced store and its log, and what a release may leave for a moment.
-		return append(ks, "relock_election:"+name, "relock_release:"+name, "relock_undone:"+name, d.cfg.Store, d.cfg.StoreLog)
+		return append(ks, "relock_election:"+name, "relock_release:"+name, "relock_undone:"+name, "relock_release_void:"+name, d.cfg.Store, d.cfg.StoreLog)
 	}
 	if i == 0 {
 		ks = append(ks, d.cfg.Counter, d.cfg.Mirror)
