@@ -1,10 +1,15 @@
 package explore
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -178,9 +183,8 @@ func (r *redissonClient) tryLock(wait time.Duration, c *call) (bool, error) {
 		return ok, err
 	}
 	woken := make(chan struct{}, 1)
-	var conn rueidis.DedicatedClient
 	var closeConn func()
-	var lost <-chan error
+	var lost <-chan struct{}
 	unsubscribed := func() {
 		h.update(func() {
 			if n := len(c.subscribed); n > 0 && c.subscribed[n-1][1] == forever {
@@ -192,23 +196,20 @@ func (r *redissonClient) tryLock(wait time.Duration, c *call) (bool, error) {
 		if closeConn != nil {
 			unsubscribed()
 			closeConn()
+			closeConn = nil
 		}
-		conn, closeConn = r.rdb.Dedicate()
-		lost = conn.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) {
-			if m.Message == "0" || m.Message == "1" {
+		var err error
+		closeConn, lost, err = subscribeRaw(r.s.e.servers[0].Addr(), r.channel, deadline, func(msg string) {
+			if msg == "0" || msg == "1" {
 				h.update(func() { c.heard0 = append(c.heard0, h.now()) })
 				select {
 				case woken <- struct{}{}:
 				default:
 				}
 			}
-		}})
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		defer cancel()
-		if err := conn.Do(ctx, conn.B().Subscribe().Channel(r.channel).Build()).Error(); err != nil {
+		})
+		if err != nil {
 			lost = nil // it waits for the time to live alone, until the next attempt subscribes again
-			closeConn()
-			closeConn = nil
 			return
 		}
 		h.update(func() { c.subscribed = append(c.subscribed, [2]time.Duration{h.now(), forever}) })
@@ -303,5 +304,85 @@ func (r *redissonClient) unlock() error {
 			return err
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// subscribeRaw subscribes to channel on a connection of its own to addr, calling on with each message's
+// payload, until the returned close is called (which closes the connection: nothing is sent) or the
+// connection breaks (lost is closed then). It reads RESP2 itself: rueidis's dedicated connections send
+// UNSUBSCRIBE when given back, and a BUSY or LOADING reply to it ends the process (rueidis panics), which
+// would be the harness's doing, not the library's.
+func subscribeRaw(addr, channel string, deadline time.Time, on func(string)) (func(), <-chan struct{}, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Until(deadline))
+	if err != nil {
+		return nil, nil, err
+	}
+	_ = conn.SetDeadline(deadline)
+	if _, err := fmt.Fprintf(conn, "*2\r\n$9\r\nSUBSCRIBE\r\n$%d\r\n%s\r\n", len(channel), channel); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	rd := bufio.NewReader(conn)
+	if reply, err := readRESP(rd); err != nil || len(reply) != 3 || reply[0] != "subscribe" {
+		conn.Close()
+		return nil, nil, fmt.Errorf("SUBSCRIBE: %v %v", reply, err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	lost := make(chan struct{})
+	go func() {
+		defer close(lost)
+		for {
+			m, err := readRESP(rd)
+			if err != nil {
+				return
+			}
+			if len(m) == 3 && m[0] == "message" {
+				on(m[2])
+			}
+		}
+	}()
+	return func() { conn.Close() }, lost, nil
+}
+
+// readRESP reads one RESP2 reply: an array of bulk strings (or integers) as its elements, an error as an
+// error, anything else as one element.
+func readRESP(rd *bufio.Reader) ([]string, error) {
+	line, err := rd.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return nil, errors.New("empty line")
+	}
+	switch line[0] {
+	case '-':
+		return nil, errors.New(line[1:])
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for range n {
+			e, err := readRESP(rd)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, e...)
+		}
+		return out, nil
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return []string{""}, err
+		}
+		b := make([]byte, n+2)
+		if _, err := io.ReadFull(rd, b); err != nil {
+			return nil, err
+		}
+		return []string{string(b[:n])}, nil
+	default:
+		return []string{line[1:]}, nil
 	}
 }
