@@ -52,6 +52,8 @@ func (v violation) String() string { return fmt.Sprintf("%s: %s", v.checker, v.w
 func check(h *history, res resources, b bounds) []violation {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	clipToCloses(h)
+	clipSharedOwners(h)
 	var vs []violation
 	for _, f := range h.failures {
 		vs = append(vs, violation{checker: "run", what: f, from: 0, to: h.end})
@@ -63,6 +65,11 @@ func check(h *history, res resources, b bounds) []violation {
 	vs = append(vs, checkWaiters(h, res, b)...)
 	vs = append(vs, checkLatch(h, b)...)
 	vs = append(vs, checkObservers(h, b)...)
+	vs = append(vs, checkForced(h, b)...)
+	vs = append(vs, checkRevoke(h, b)...)
+	vs = append(vs, checkTokens(h)...)
+	vs = append(vs, checkGuardLogs(h)...)
+	vs = append(vs, checkRedisson(h, b)...)
 	return vs
 }
 
@@ -85,7 +92,8 @@ func stalling(h *history, from, to time.Duration) bool {
 		switch {
 		case f.start > to || f.end < from:
 		case strings.HasPrefix(f.what, fIsolated), strings.HasPrefix(f.what, fReplyLost), strings.HasPrefix(f.what, fRedisPause),
-			strings.HasPrefix(f.what, fClientPause), strings.HasPrefix(f.what, fStarve), strings.HasPrefix(f.what, fLatency):
+			strings.HasPrefix(f.what, fClientPause), strings.HasPrefix(f.what, fStarve), strings.HasPrefix(f.what, fLatency),
+			strings.HasPrefix(f.what, fBusy), strings.HasPrefix(f.what, fLoading):
 			return true
 		}
 	}
@@ -129,23 +137,42 @@ func checkRefused(h *history, b bounds) []violation {
 
 // validEnd is when h stops being a hold its owner may act on: its release, the loss it was told, or its
 // lease's earliest expiry.
+// A hold that began to end as its Client closed ends then. A leased hold's earliest end is its
+// acquisition's invocation plus its lease, or later when Extend moved it.
 func (x *hold) validEnd() time.Duration {
 	end := min(x.end, x.told)
+	if x.closed > 0 {
+		end = min(end, x.closed)
+	}
+	if x.coEnd > 0 {
+		end = min(end, x.coEnd)
+	}
+	if x.ctxEnded > 0 { // told, whatever the cause (shared owners: a co-owner's final Unlock, or TakeOver)
+		end = min(end, x.ctxEnded)
+	}
 	if x.lease > 0 {
-		end = min(end, x.invoke+x.lease)
+		end = min(end, x.leaseEnd())
 	}
 	return end
 }
 
+// leaseEnd is a leased hold's earliest end.
+func (x *hold) leaseEnd() time.Duration { return max(x.invoke+x.lease, x.leaseMin) }
+
 // lost reports whether x ended otherwise than by its owner's release.
 func (x *hold) lost() bool {
-	return x.told < forever || x.notHeld || (x.lease > 0 && x.invoke+x.lease < x.end)
+	return x.told < forever || x.notHeld || (x.lease > 0 && x.leaseEnd() < x.end)
 }
 
 // heldUntil is until when x's units may be held in Redis.
+// A Close that returned nil gave up everything its Client had in Redis (closedBy).
 func (x *hold) heldUntil() time.Duration {
 	if x.phantom { // from the acquisition's invocation (grant) until its undo is surely over
-		return sat(x.endRet, x.keep)
+		end := sat(x.endRet, x.keep)
+		if x.closedBy > 0 {
+			end = min(end, x.closedBy)
+		}
+		return end
 	}
 	end := forever
 	switch {
@@ -158,7 +185,13 @@ func (x *hold) heldUntil() time.Duration {
 		end = min(end, x.told)
 	}
 	if x.lease > 0 {
-		end = min(end, x.grant+x.lease)
+		end = min(end, max(x.grant+x.lease, x.leaseMax))
+	}
+	if x.maxHold > 0 {
+		end = min(end, x.grant+x.maxHold)
+	}
+	if x.closedBy > 0 {
+		end = min(end, x.closedBy)
 	}
 	return end
 }
@@ -213,7 +246,7 @@ func checkExclusion(h *history, res resources, b bounds) []violation {
 				}
 			} else {
 				for _, y := range valid {
-					if y.owner != x.owner && !(y.shared && x.shared) {
+					if y.owner != x.owner && !(y.shared && x.shared) && !forcedApart(h, b, r, t, x, y) {
 						bad = fmt.Sprintf("%s and %s both hold it", x.owner, y.owner)
 						break
 					}
@@ -245,7 +278,7 @@ func checkExclusion(h *history, res resources, b bounds) []violation {
 func faultFree(h *history, b bounds, from, to time.Duration, busy [][2]time.Duration) [][2]time.Duration {
 	cut := slices.Clone(busy)
 	for _, f := range h.faults {
-		cut = append(cut, [2]time.Duration{f.start, sat(f.end, b.recovery)})
+		cut = append(cut, [2]time.Duration{f.start, sat(f.end, b.recovery+f.hush)})
 	}
 	slices.SortFunc(cut, func(a, b [2]time.Duration) int { return int(a[0] - b[0]) })
 	var free [][2]time.Duration

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +45,7 @@ type plan struct {
 	// Client before the reply of a command that ran before the release (a waiter's attempt).
 	replyLag []time.Duration
 	faults   []step
+	ops      ops // what the actors do besides acquiring and releasing (ops_test.go)
 }
 
 // step is one fault of a plan.
@@ -56,6 +58,7 @@ type step struct {
 func (p *plan) String() string {
 	s := fmt.Sprintf("seed %d: %d clients × %d actors, %d observers, watchdog %v, %v, aof %v, permits %d, hold ≤ %v, think ≤ %v, wait ≤ %v, sparse %v, tick %v (spread %v), latency %v, jitter %v, reply lag %v",
 		p.seed, p.clients, p.perClient, p.observers, p.watchdog, p.length, p.aof, p.permits, p.maxHold, p.maxThink, p.maxWait, p.sparse, p.tick, p.spread, p.latency, p.jitter, p.replyLag)
+	s += p.ops.String()
 	for _, f := range p.faults {
 		s += fmt.Sprintf("; %s(%d) at %v for %v", f.what, f.target, f.at, f.dur)
 	}
@@ -77,6 +80,14 @@ const (
 	fPubSubKill  = "pubsub-kill"   // CLIENT KILL TYPE pubsub: subscriptions dropped, messages in flight lost
 	fSpurious    = "spurious"      // extra release messages published on the kind's channel (duplicated in time)
 	fStarve      = "starved"       // GOMAXPROCS=1 with spinners: every watchdog of the process starved
+	// The faults added with the operations beyond acquiring and releasing (kind.extra; drawn apart, see
+	// newPlan).
+	fBusy      = "busy"         // a script runs for a while: Redis replies BUSY to everything else
+	fLoading   = "loading"      // DEBUG RELOAD of a dataset that loads slowly: Redis replies LOADING
+	fWatchKill = "watch-kill"   // CLIENT KILL of the connections with tracking on (the watch of holds')
+	fForce     = "force-unlock" // ForceUnlock by another Client: the holder loses its hold, waiters are woken
+	fDelete    = "deleted"      // the lock's key deleted behind its holder's back (DEL): nothing announced
+	fClose     = "close"        // a Client closed while its actors wait, hold and hand over
 )
 
 // newPlan draws a plan for k from seed.
@@ -171,17 +182,33 @@ func newPlan(k *kind, seed uint64) *plan {
 		// permit is free is seen (with more permits than waiters, any waiter woken gets one).
 		p.permits = p.perClient
 	}
+	drawOps(k, p, rand.New(rand.NewPCG(seed, 0x0b5)))
+	if *withoutFlag != "" { // faults, or operations, left out (the rest of the plan stays the seed's)
+		skip := strings.Split(*withoutFlag, ",")
+		p.faults = slices.DeleteFunc(p.faults, func(f step) bool { return slices.Contains(skip, f.what) })
+		for _, op := range skip {
+			switch op {
+			case "max-hold":
+				p.ops.maxHold = 0
+			case "revoke":
+				p.ops.revokers = 0
+			case "shared":
+				p.ops.shared = false
+			}
+		}
+	}
 	return p
 }
 
 // env is a schedule's servers, and each Client's proxies and relock Clients to them.
 type env struct {
 	servers  []*redistest.Server
-	proxies  [][]*faultnet.Proxy // [client][server]
-	clients  [][]*relock.Client  // [client][server]
-	admin    []rueidis.Client    // direct to each server
-	serverMu []sync.Mutex        // one fault at a time on each server (two restarts would race for its port)
-	clientMu []sync.Mutex        // one fault at a time on each Client's link
+	proxies  [][]*faultnet.Proxy    // [client][server]
+	clients  [][]*relock.Client     // [client][server]
+	admin    []rueidis.Client       // direct to each server
+	serverMu []sync.Mutex           // one fault at a time on each server (two restarts would race for its port)
+	clientMu []sync.Mutex           // one fault at a time on each Client's link
+	forcers  map[int]*relock.Client // the harness's Clients for ForceUnlock, by server
 }
 
 func newEnv(k *kind, p *plan) (*env, error) {
@@ -229,6 +256,19 @@ func newEnv(k *kind, p *plan) (*env, error) {
 		e.proxies = append(e.proxies, ps)
 		e.clients = append(e.clients, cs)
 	}
+	for _, f := range p.faults {
+		if f.what == fForce && e.forcers[f.target] == nil { // the harness's Client for ForceUnlock, straight to the server
+			c, err := relock.New([]string{e.servers[f.target].Addr()}, &relock.Options{WatchdogTimeout: p.watchdog})
+			if err != nil {
+				e.close()
+				return nil, err
+			}
+			if e.forcers == nil {
+				e.forcers = make(map[int]*relock.Client)
+			}
+			e.forcers[f.target] = c
+		}
+	}
 	return e, nil
 }
 
@@ -246,6 +286,9 @@ func (e *env) closeClients() {
 
 func (e *env) close() {
 	e.closeClients()
+	for _, c := range e.forcers {
+		c.Close()
+	}
 	for _, ps := range e.proxies {
 		for _, p := range ps {
 			p.Close()
@@ -283,7 +326,8 @@ var global struct {
 
 // inject runs p's faults on e, recording each in h, until they are all over (or stop is closed, which
 // ends the one under way early).
-func inject(t *testing.T, k *kind, p *plan, e *env, h *history, name string, stop <-chan struct{}) {
+func inject(t *testing.T, s *sched, stop <-chan struct{}) {
+	k, p, e, h, name := s.k, s.p, s.e, s.h, s.name
 	var wg sync.WaitGroup
 	for _, f := range p.faults {
 		wg.Go(func() {
@@ -298,8 +342,8 @@ func inject(t *testing.T, k *kind, p *plan, e *env, h *history, name string, sto
 				case <-stop:
 				}
 			}
-			switch f.what {
-			case fRedisPause, fClientPause, fRestartAOF, fRestartNone:
+			switch strings.SplitN(f.what, "+", 2)[0] {
+			case fRedisPause, fClientPause, fRestartAOF, fRestartNone, fBusy, fLoading:
 				e.serverMu[f.target].Lock()
 				defer e.serverMu[f.target].Unlock()
 			case fLatency, fReplyLost, fDown, fPartition, fIsolated: // one at a time on a link: one's end must not undo another
@@ -408,6 +452,8 @@ func inject(t *testing.T, k *kind, p *plan, e *env, h *history, name string, sto
 				global.windows = append(global.windows, struct{ start, end time.Time }{wall, time.Now()})
 				global.Unlock()
 				starving.Unlock()
+			default:
+				s.extraFault(f, &w, wait)
 			}
 			w.end = h.now()
 			h.fault(w)

@@ -24,6 +24,7 @@ var (
 	budgetFlag  = flag.Duration("budget", 7*time.Second, "the CI budget: fresh seeds for this long, per kind")
 	parFlag     = flag.Int("par", 4, "schedules run at once")
 	keepGoing   = flag.Bool("keep-going", false, "go on exploring after a violation (count them all)")
+	withoutFlag = flag.String("without", "", "faults or operations (max-hold, revoke, shared) to leave out of the plans, comma-separated (e.g. busy,busy+watch-kill): to look past a defect found")
 )
 
 func TestMain(m *testing.M) {
@@ -62,7 +63,7 @@ func exploreKind(t *testing.T, k *kind) {
 			t.Logf("history:\n%s", o.h.around(0, forever))
 		}
 		report(t, k, o)
-		summary(t, k, 1, len(o.h.faults), len(o.violations), o.h.lagExcused, o.elapsed, "")
+		summary(t, k, 1, len(o.h.faults), len(o.violations), o.h.lagExcused, o.h.redissonMost, o.elapsed, "")
 		return
 	}
 	budget := *budgetFlag
@@ -70,7 +71,7 @@ func exploreKind(t *testing.T, k *kind) {
 		budget = *exploreFlag
 	}
 	start := time.Now()
-	var schedules, faults, violations, lagExcused atomic.Int64
+	var schedules, faults, violations, lagExcused, redissonMost atomic.Int64
 	var mu sync.Mutex
 	var first *outcome
 	var firstAt string
@@ -89,10 +90,20 @@ func exploreKind(t *testing.T, k *kind) {
 				n := schedules.Add(1)
 				faults.Add(int64(len(o.h.faults)))
 				lagExcused.Add(int64(o.h.lagExcused))
+				for m := redissonMost.Load(); int64(o.h.redissonMost) > m && !redissonMost.CompareAndSwap(m, int64(o.h.redissonMost)); m = redissonMost.Load() {
+				}
 				if len(o.violations) == 0 {
 					continue
 				}
 				violations.Add(int64(len(o.violations)))
+				if *keepGoing { // each schedule's violations, in a line each (the first schedule's in full below)
+					for i, v := range o.violations {
+						t.Logf("seed %d (%.1f s in): %s", o.p.seed, time.Since(start).Seconds(), v)
+						if testing.Verbose() && i < 3 { // with -v, each one's history too
+							t.Logf("history around it:\n%s", o.h.around(v.from-300*time.Millisecond, v.to+100*time.Millisecond))
+						}
+					}
+				}
 				mu.Lock()
 				if first == nil {
 					first = &o
@@ -110,7 +121,7 @@ func exploreKind(t *testing.T, k *kind) {
 	if first != nil {
 		report(t, k, *first)
 	}
-	summary(t, k, schedules.Load(), int(faults.Load()), int(violations.Load()), int(lagExcused.Load()), elapsed, firstAt)
+	summary(t, k, schedules.Load(), int(faults.Load()), int(violations.Load()), int(lagExcused.Load()), int(redissonMost.Load()), elapsed, firstAt)
 }
 
 // report fails t with o's violations: the seed to replay, the plan, and the history around each.
@@ -134,9 +145,13 @@ func report(t *testing.T, k *kind, o outcome) {
 
 // summary logs, and appends to $RELOCK_CHAOS_SUMMARY, the kind's line: schedules, faults, violations.
 // lagExcused counts the overruns excused because the test process itself did not run (history.monitorLag).
-func summary(t *testing.T, k *kind, schedules int64, faults, violations, lagExcused int, elapsed time.Duration, first string) {
+// redissonMost is the most holds a relock Client got during one Redisson wait (the Redisson kind).
+func summary(t *testing.T, k *kind, schedules int64, faults, violations, lagExcused, redissonMost int, elapsed time.Duration, first string) {
 	line := fmt.Sprintf("explore: kind=%s schedules=%d faults=%d violations=%d lag-excused=%d seconds=%.1f schedules/s=%.2f",
 		k.name, schedules, faults, violations, lagExcused, elapsed.Seconds(), float64(schedules)/elapsed.Seconds())
+	if k.name == "Redisson" {
+		line += fmt.Sprintf(" redisson-most=%d", redissonMost)
+	}
 	if first != "" {
 		line += " (" + first + ")"
 	}
@@ -154,6 +169,10 @@ func summary(t *testing.T, k *kind, schedules int64, faults, violations, lagExcu
 func runSchedule(t *testing.T, k *kind, seed uint64) outcome {
 	began := time.Now()
 	p := newPlan(k, seed)
+	// A panic in a goroutine of the library (or of rueidis) ends the process before any report: the
+	// schedules under way are on stderr, which go test shows for a package that failed.
+	fmt.Fprintf(os.Stderr, "explore: %s seed %d begins\n", k.name, seed)
+	defer fmt.Fprintf(os.Stderr, "explore: %s seed %d ends\n", k.name, seed)
 	e, err := newEnv(k, p)
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
@@ -174,24 +193,36 @@ func runSchedule(t *testing.T, k *kind, seed uint64) outcome {
 	var wg sync.WaitGroup
 	id := 0
 	for ci := range p.clients {
-		for j := range p.perClient {
+		for j := range p.actorsOf(ci) {
 			token := fmt.Sprintf("c%d-a%d", ci, j)
-			// Two actors of a Client share an owner: Campaigns of one owner at once.
-			if k.name == "Election" {
+			r := role{}
+			switch {
+			case k.name == "Election": // two actors of a Client share an owner: Campaigns of one owner at once
 				token = fmt.Sprintf("c%d-o%d", ci, j/2)
+			case p.ops.shared && j/2*2+1 < p.actorsOf(ci): // two goroutines of one WithOwner token
+				token, r.shared = fmt.Sprintf("c%d-s%d", ci, j/2), true
+			}
+			r.revoker = j < p.ops.revokers && ci == p.clients-1
+			if p.ops.maxHold > 0 && id%3 == 1 {
+				r.maxHold = p.ops.maxHold
 			}
 			a := &actor{id: id, client: ci, owner: token, rng: rand.New(rand.NewPCG(seed, uint64(id)+1)),
-				base: relock.WithOwner(context.Background(), token)}
+				base: relock.WithOwner(context.Background(), token), role: r}
 			id++
 			wg.Go(func() { k.actor(s, a) })
 		}
+	}
+	for i := range p.ops.redisson {
+		a := &actor{id: id, client: -1 - i, rng: rand.New(rand.NewPCG(seed, uint64(id)+1)), base: context.Background(), role: role{redisson: true}}
+		id++
+		wg.Go(func() { k.actor(s, a) })
 	}
 	for i := range p.observers {
 		wg.Go(func() { s.observe(p.clients + i) })
 	}
 	faultsDone := make(chan struct{})
 	go func() {
-		inject(t, k, p, e, s.h, s.name, nil)
+		inject(t, s, nil)
 		close(faultsDone)
 	}()
 	time.Sleep(p.length)
@@ -202,6 +233,7 @@ func runSchedule(t *testing.T, k *kind, seed uint64) outcome {
 	<-lagDone
 	s.h.update(func() { s.h.end = s.h.now() })
 	e.closeClients()
+	s.readLogs()
 	clean(s)
 	s.h.update(func() { addGlobal(s.h) })
 	vs := check(s.h, k.res(p), defaultBounds(p.watchdog))

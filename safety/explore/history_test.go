@@ -34,6 +34,23 @@ type hold struct {
 	keep time.Duration
 	// cause is what ended the hold's context, when it ended while the schedule ran.
 	cause error
+
+	// What the operations beyond acquiring and releasing record (ops_test.go).
+	client      int           // the Client (of a phantom too); negative: a Redisson client's
+	seq         int           // the actor's count of holds, this one's
+	sharedOwner bool          // its owner is shared with another actor (WithOwner)
+	redisson    bool          // a Redisson client's hold: it is told of no loss
+	token       uint64        // its fencing token (FencingToken when it began), 0 unfenced
+	maxHold     time.Duration // its budget (WithMaxHold), 0: none
+	taker       bool          // a TakeOver's or a Revoke's
+	// leaseMin and leaseMax are the earliest and latest ends of a leased hold, which Extend moves.
+	leaseMin, leaseMax time.Duration
+	closed             time.Duration // when its context ended as its Client closed; 0 if not
+	closedBy           time.Duration // when its Client's Close returned nil, having given it up (0: not)
+	coEnd              time.Duration // when its co-owner's Unlock released it (clipSharedOwners; 0: not)
+	ctxEnded           time.Duration // when its context ended, whatever the cause (0: not while the schedule ran)
+	listened           time.Duration // when it began to listen for requests (0: it did not)
+	heard              []heardRec    // the requests it heard
 }
 
 // window is a fault, from its start to its end, in the schedule's time.
@@ -45,6 +62,9 @@ type window struct {
 	// Redis lost what it acknowledged (a restart without persistence), or a process paused past the
 	// watchdog timeout (the watchdog starved). An owner overlapping a lost hold is then not a violation.
 	excuses bool
+	// hush is how long after the fault's end (and the recovery) a waiter may still sleep through it: a
+	// key deleted without an announcement is seen at the time to live the waiters last read.
+	hush time.Duration
 }
 
 // call is one API call with its deadline, for "every call returns by its ctx's deadline".
@@ -64,6 +84,12 @@ type call struct {
 	cancelledAt    time.Duration // when the actor cancelled it mid-wait (0: not)
 	latchAwait     bool
 	observerLeader bool
+	revoke         string // a Revoke's reason
+	redisson       bool   // a Redisson client's wait
+	// A Redisson client's wait: when it was subscribed to the lock's channel, and when it heard an unlock
+	// message there.
+	subscribed [][2]time.Duration
+	heard0     []time.Duration
 }
 
 // leaderRec is an election win: the owner and term a Campaign returned, when.
@@ -100,12 +126,19 @@ type history struct {
 	countDown []*call // a latch's CountDowns
 	notes     []string
 	failures  []string // violations found while running (a Resign that did not end leadership, a count)
+	forced    []forcedRec
+	closes    []closeRec
+	glog      []string // the guarded writes' log, as Redis has it once the schedule is over
+	flog      []string // the fenced writes' log
 	end       time.Duration
 	// lags are the stretches in which the test process itself did not run (monitorLag): a call that
 	// overran its bound by no more than the process lagged within it was not late by the library's doing.
 	lags [][2]time.Duration
 	// lagExcused counts the overruns lags excused, for the summary.
 	lagExcused int
+	// redissonMost is the most holds one relock Client got while a Redisson waiter waited (checkRedisson),
+	// for the summary: how close the schedules came to the bound.
+	redissonMost int
 }
 
 func newHistory() *history { return &history{base: time.Now()} }
@@ -241,7 +274,7 @@ func (h *history) around(from, to time.Duration) string {
 		lines = append(lines, line{c.invoke, text})
 	}
 	for _, x := range h.holds {
-		if x.grant > to || (x.end < from && x.told < from) {
+		if x.grant > to || (max(x.end, x.endRet) < from && (x.told >= forever || x.told < from)) {
 			continue
 		}
 		kind := "hold"

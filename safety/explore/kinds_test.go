@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
 )
@@ -25,6 +28,11 @@ type kind struct {
 	// stays reports whether key may stay in Redis after the actors stopped and their Clients closed.
 	stays    func(name, key string) bool
 	spurious func(name string) [][2]string // channel and message of extra release announcements
+	// ops are the operations beyond acquiring and releasing its actors make (ops_test.go), extra the
+	// faults that came with them, and force how a ForceUnlock is made on the kind (nil: none).
+	ops   int
+	extra []string
+	force func(ctx context.Context, c *relock.Client, name string) (bool, error)
 }
 
 var (
@@ -34,6 +42,11 @@ var (
 	// often: they are where waiters, undos and observers have most to get right.
 	lockFaults = append(append(append([]string{}, netFaults...), redisFaults...), fDown, fRestartNone, fRestartNone)
 	keepFaults = append(append(append([]string{}, netFaults...), redisFaults...), fDown)
+	// The faults that came with the operations beyond acquiring and releasing, drawn apart (drawOps).
+	lockExtra      = []string{fBusy, fLoading, fWatchKill, fForce, fDelete, fClose, fClose}
+	compositeExtra = []string{fBusy, fLoading, fWatchKill, fClose}
+	keepExtra      = []string{fBusy, fLoading}
+	lockOps        = opExtend | opMaxHold | opGuard | opShared | opCrowd
 )
 
 // companion is relock's (Redisson's) companion key rule for a name without braces.
@@ -46,13 +59,27 @@ func lockChannel(name string) [][2]string {
 func onlyFencing(name, key string) bool { return key == companion("redisson_lock_token", name) }
 
 var kinds = []*kind{
-	{name: "RLock", servers: 1, faults: lockFaults, res: oneLock, actor: lockActor(plainLock(false)), stays: onlyFencing, spurious: lockChannel},
-	{name: "FairLock", servers: 1, faults: lockFaults, res: oneLock, actor: lockActor(plainLock(true)), stays: onlyFencing, spurious: lockChannel},
+	{name: "RLock", servers: 1, faults: lockFaults, res: oneLock, actor: lockActor(plainLock(false)), stays: onlyFencing, spurious: lockChannel,
+		ops: lockOps | opRevoke, extra: lockExtra, force: func(ctx context.Context, c *relock.Client, name string) (bool, error) {
+			return c.Lock(name).ForceUnlock(ctx)
+		}},
+	{name: "FairLock", servers: 1, faults: lockFaults, res: oneLock, actor: lockActor(plainLock(true)), stays: onlyFencing, spurious: lockChannel,
+		ops: lockOps | opFenced, extra: lockExtra, force: func(ctx context.Context, c *relock.Client, name string) (bool, error) {
+			return c.FairLock(name).ForceUnlock(ctx)
+		}},
 	{name: "ReadWriteLock", servers: 1, faults: lockFaults, res: oneLock, actor: lockActor(rwLock), stays: onlyFencing,
 		spurious: func(name string) [][2]string {
 			return [][2]string{{companion("redisson_rwlock", name), "0"}, {companion("redisson_rwlock", name), "1"}}
+		},
+		ops: lockOps | opFenced, extra: lockExtra, force: func(ctx context.Context, c *relock.Client, name string) (bool, error) {
+			return c.ReadWriteLock(name).WriteLock().ForceUnlock(ctx)
 		}},
-	{name: "MultiLock", servers: 1, faults: lockFaults, actor: lockActor(multiLock), stays: onlyFencing,
+	{name: "Redisson", servers: 1, faults: lockFaults, res: oneLock, actor: redissonKindActor, stays: redissonStays, spurious: lockChannel,
+		ops: opRevoke, extra: []string{fBusy, fLoading, fWatchKill, fForce, fClose},
+		force: func(ctx context.Context, c *relock.Client, name string) (bool, error) {
+			return c.Lock(name).ForceUnlock(ctx)
+		}},
+	{name: "MultiLock", servers: 1, faults: lockFaults, actor: lockActor(multiLock), stays: onlyFencing, extra: compositeExtra,
 		res: func(*plan) resources { return resources{capacity: []int{1, 1, 1}} },
 		spurious: func(name string) [][2]string {
 			var m [][2]string
@@ -61,22 +88,24 @@ var kinds = []*kind{
 			}
 			return m
 		}},
-	{name: "RedLock", servers: 3, faults: lockFaults, res: oneLock, actor: lockActor(redLock), stays: onlyFencing, spurious: lockChannel},
-	{name: "Semaphore", servers: 1, needsAOF: true, faults: keepFaults, actor: semaphoreActor, setup: setPermits,
+	{name: "RedLock", servers: 3, faults: lockFaults, res: oneLock, actor: lockActor(redLock), stays: onlyFencing, spurious: lockChannel, extra: compositeExtra},
+	{name: "Semaphore", servers: 1, needsAOF: true, faults: keepFaults, actor: semaphoreActor, setup: setPermits, extra: keepExtra,
 		res:      func(p *plan) resources { return resources{counting: true, capacity: []int{p.permits}} },
 		stays:    func(name, key string) bool { return key == name },
 		spurious: semChannel},
 	{name: "PermitSemaphore", servers: 1, needsAOF: true, faults: keepFaults, actor: permitActor, setup: setPermits,
+		extra:    []string{fBusy, fLoading, fWatchKill, fClose},
 		res:      func(p *plan) resources { return resources{counting: true, capacity: []int{p.permits}} },
 		stays:    func(name, key string) bool { return key == name },
 		spurious: semChannel},
-	{name: "CountDownLatch", servers: 1, needsAOF: true, faults: keepFaults, actor: latchActor, setup: setCount,
+	{name: "CountDownLatch", servers: 1, needsAOF: true, faults: keepFaults, actor: latchActor, setup: setCount, extra: keepExtra,
 		res:   func(*plan) resources { return resources{capacity: []int{1}} },
 		stays: func(name, key string) bool { return key == name }, // still counting when the counters stopped early
 		spurious: func(name string) [][2]string {
 			return [][2]string{{"redisson_countdownlatch__channel__{" + name + "}", "0"}}
 		}},
 	{name: "Election", servers: 1, observers: 2, faults: lockFaults, res: oneLock, actor: electionActor,
+		ops: opStepDown, extra: []string{fBusy, fLoading, fWatchKill, fDelete, fClose},
 		stays: func(name, key string) bool {
 			return key == companion("redisson_lock_token", name) || key == companion("relock_election", name)
 		},
@@ -106,6 +135,8 @@ type actor struct {
 	owner  string // the owner token (WithOwner), and the owner as the history names it
 	rng    *rand.Rand
 	base   context.Context // carries the owner
+	role   role
+	holds  int // holds so far
 }
 
 func (s *sched) stopped() bool {
@@ -125,16 +156,30 @@ func (s *sched) sleep(d time.Duration) {
 	}
 }
 
-// release makes a's release call op (fn, with a short ctx) on behalf of owner, and records it.
+// release makes a's release call op (fn, with a short ctx) on behalf of owner, and records it. A release
+// that Redis answered with an error reply (BUSY, LOADING) did not run, and the hold is still held (renewed
+// by its Client): the actor makes it again, every 50 ms, for up to 2 s, as a caller would.
 func (s *sched) release(a *actor, op, owner string, fn func(context.Context) error) *call {
-	ctx, cancel := short(a)
-	defer cancel()
-	rc := &call{actor: a.id, client: a.client, op: op, owner: owner, invoke: s.h.now()}
-	rc.deadline = rc.invoke + 2*time.Second
-	rc.err = fn(ctx)
-	rc.ret = s.h.now()
-	s.h.addCall(rc)
-	return rc
+	for i := 0; ; i++ {
+		ctx, cancel := short(a)
+		rc := &call{actor: a.id, client: a.client, op: op, owner: owner, invoke: s.h.now()}
+		rc.deadline = rc.invoke + 2*time.Second
+		rc.err = fn(ctx)
+		cancel()
+		rc.ret = s.h.now()
+		s.h.addCall(rc)
+		if !redisReplied(rc.err) || i == 40 {
+			return rc
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// redisReplied reports whether err is an error reply of Redis's (BUSY, LOADING, ...): what it answered did
+// not run.
+func redisReplied(err error) bool {
+	var r *rueidis.RedisError
+	return errors.As(err, &r) && !rueidis.IsRedisNil(r)
 }
 
 // endedLocked records that the release rc ended x (in s.h.update): a release that did not say the hold was
@@ -237,6 +282,10 @@ type lockHandle struct {
 	unlock    func(ctx context.Context) error
 	holdCtx   func(ctx context.Context) (context.Context, error)
 	holdCount func(ctx context.Context) (int, error) // nil: the kind has none (composites)
+	rl        *relock.RLock                          // the lock, for the operations beyond these (nil: a composite)
+	suffix    string                                 // of its owner's field in the lock's hash (a writer's ":write")
+	fenced    bool
+	maxHold   time.Duration
 }
 
 func fromLockable(op string, l relock.Lockable, res []int, shared bool) lockHandle {
@@ -244,22 +293,43 @@ func fromLockable(op string, l relock.Lockable, res []int, shared bool) lockHand
 		unlock: l.Unlock, holdCtx: l.HoldContext, holdCount: l.HoldCount}
 }
 
+// fromRLock is fromLockable for one of relock's locks, with what the operations beyond it need.
+func fromRLock(op string, l *relock.RLock, fenced bool, maxHold time.Duration, shared bool) lockHandle {
+	h := fromLockable(op, l, []int{0}, shared)
+	h.rl, h.fenced, h.maxHold = l, fenced, maxHold
+	return h
+}
+
+// lockOpts are the options of a's locks: fencing, and its budget.
+func lockOpts(a *actor, fenced bool) []relock.LockOption {
+	var o []relock.LockOption
+	if fenced {
+		o = append(o, relock.WithFencing())
+	}
+	if a.role.maxHold > 0 {
+		o = append(o, relock.WithMaxHold(a.role.maxHold))
+	}
+	return o
+}
+
 func plainLock(fair bool) func(s *sched, a *actor) lockHandle {
 	return func(s *sched, a *actor) lockHandle {
 		c := s.e.clients[a.client][0]
 		if fair {
-			return fromLockable("FairLock", c.FairLock(s.name), []int{0}, false)
+			return fromRLock("FairLock", c.FairLock(s.name, lockOpts(a, s.p.ops.fenced)...), s.p.ops.fenced, a.role.maxHold, false)
 		}
-		return fromLockable("RLock", c.Lock(s.name, relock.WithFencing()), []int{0}, false)
+		return fromRLock("RLock", c.Lock(s.name, lockOpts(a, true)...), true, a.role.maxHold, false)
 	}
 }
 
 func rwLock(s *sched, a *actor) lockHandle {
-	rw := s.e.clients[a.client][0].ReadWriteLock(s.name)
+	rw := s.e.clients[a.client][0].ReadWriteLock(s.name, lockOpts(a, s.p.ops.fenced)...)
 	if a.rng.IntN(3) == 0 {
-		return fromLockable("WriteLock", rw.WriteLock(), []int{0}, false)
+		h := fromRLock("WriteLock", rw.WriteLock(), s.p.ops.fenced, a.role.maxHold, false)
+		h.suffix = ":write"
+		return h
 	}
-	return fromLockable("ReadLock", rw.ReadLock(), []int{0}, true)
+	return fromRLock("ReadLock", rw.ReadLock(), false, a.role.maxHold, true)
 }
 
 func multiLock(s *sched, a *actor) lockHandle {
@@ -287,22 +357,29 @@ func redLock(s *sched, a *actor) lockHandle {
 		unlock: r.Unlock, holdCtx: r.HoldContext}
 }
 
-// watchLoss records in x when ctx, the hold's context, ends with a loss.
+// watchLoss records in x when ctx, the hold's context, ends with a loss, or as its Client closes.
 func (s *sched) watchLoss(x *hold, ctx context.Context) {
 	go func() {
 		<-ctx.Done() // a hold's context ends by the time its Client is closed, at the latest
 		cause := context.Cause(ctx)
 		s.h.update(func() {
 			x.cause = cause
-			if errors.Is(cause, relock.ErrLockLost) {
+			if x.ctxEnded == 0 {
+				x.ctxEnded = s.h.now()
+			}
+			switch {
+			case errors.Is(cause, relock.ErrLockLost):
 				x.told = min(x.told, s.h.now())
+			case errors.Is(cause, relock.ErrClosed) && x.closed == 0:
+				x.closed = s.h.now()
 			}
 		})
 	}()
 }
 
 // lockActor drives a lock kind: acquisitions of every form (waiting, trying, leased), cancelled waits,
-// reentry with hold counts checked, holds of random length, releases.
+// reentry with hold counts checked, holds of random length, releases; and, as the kind and the plan allow,
+// requests, revocations and takeovers (ops_test.go).
 func lockActor(handle func(s *sched, a *actor) lockHandle) func(s *sched, a *actor) {
 	return func(s *sched, a *actor) {
 		for !s.stopped() {
@@ -311,6 +388,12 @@ func lockActor(handle func(s *sched, a *actor) lockHandle) func(s *sched, a *act
 				return
 			}
 			l := handle(s, a)
+			if a.role.revoker && l.rl != nil && a.rng.IntN(2) == 0 {
+				if !s.revokeOp(a, l) {
+					return
+				}
+				continue
+			}
 			c := &call{actor: a.id, client: a.client, owner: a.owner, waitFor: l.res, units: 1, shared: l.shared}
 			ctx, cancel := s.callCtx(a, c, s.p.maxWait, s.cancelP())
 			var lease time.Duration
@@ -345,73 +428,151 @@ func lockActor(handle func(s *sched, a *actor) lockHandle) func(s *sched, a *act
 			c.ret, c.err, c.granted = s.h.now(), err, ok
 			s.h.addCall(c)
 			if !ok {
-				if err != nil && !errors.Is(err, relock.ErrClosed) {
-					s.h.addHold(&hold{owner: a.owner, res: l.res, units: 1, shared: l.shared, phantom: true,
+				if err != nil {
+					s.h.addHold(&hold{client: a.client, owner: a.owner, res: l.res, units: 1, shared: l.shared, phantom: true,
 						grant: c.invoke, endRet: c.ret, end: c.ret, told: forever, keep: s.p.watchdog + time.Second})
-					if l.holdCount != nil && a.rng.IntN(2) == 0 { // does it hold? one read, which waits for nothing
-						q := &call{actor: a.id, client: a.client, op: l.op + ".HoldCount", quick: true}
-						ctx, cancel := s.callCtx(a, q, s.p.maxWait, 0)
-						_, q.err = l.holdCount(ctx)
-						cancel()
-						q.ret = s.h.now()
-						s.h.addCall(q)
-					}
+				}
+				if errors.Is(err, relock.ErrClosed) {
+					return
+				}
+				if err != nil && l.holdCount != nil && a.rng.IntN(2) == 0 { // does it hold? one read, which waits for nothing
+					q := &call{actor: a.id, client: a.client, op: l.op + ".HoldCount", quick: true}
+					ctx, cancel := s.callCtx(a, q, s.p.maxWait, 0)
+					_, q.err = l.holdCount(ctx)
+					cancel()
+					q.ret = s.h.now()
+					s.h.addCall(q)
 				}
 				continue
 			}
-			x := &hold{owner: a.owner, res: l.res, units: 1, shared: l.shared, invoke: c.invoke, grant: c.ret, lease: lease, end: forever, told: forever}
-			s.h.addHold(x)
-			hctx, herr := l.holdCtx(a.base)
-			if herr == nil {
-				s.watchLoss(x, hctx)
-			}
-			if lease == 0 && l.holdCount != nil && a.rng.IntN(4) == 0 {
-				s.reenter(a, l, hctx)
-			}
-			hold := s.holdTime(a)
-			if lease > 0 && a.rng.IntN(5) == 0 {
-				hold = lease + 50*time.Millisecond // past the lease: the hold expires, the Unlock finds it gone
-			}
-			s.sleep(hold)
-			rc := s.release(a, l.op+".Unlock", "", l.unlock)
-			err = rc.err
-			s.h.update(func() { s.endedLocked(x, rc) })
-			if err == nil && herr == nil {
-				select {
-				case <-hctx.Done():
-				case <-time.After(200 * time.Millisecond):
-					s.h.fail("actor %d: %s returned nil, and its HoldContext still lives 200 ms later", a.id, rc.op)
-				}
+			x := &hold{client: a.client, owner: a.owner, res: l.res, units: 1, shared: l.shared, invoke: c.invoke, grant: c.ret, lease: lease, end: forever, told: forever}
+			if !s.holdOn(a, l, x) {
+				return
 			}
 		}
 	}
 }
 
-// reenter takes the lock again (the hold count must be 2), releases once (1 again), checking HoldCount
-// while the hold is known to live.
-func (s *sched) reenter(a *actor, l lockHandle, hctx context.Context) {
-	ctx, cancel := short(a)
-	defer cancel()
-	countIs := func(want int, when string) {
-		if hctx == nil || hctx.Err() != nil {
-			return
-		}
-		n, err := l.holdCount(ctx)
-		if err != nil || hctx.Err() != nil {
-			return
-		}
-		if n != want {
-			s.h.fail("actor %d: %s: HoldCount = %d, want %d", a.id, when, n, want)
+// holdOn holds x, which a just got with l, for a random time, doing meanwhile what the plan says (reentry,
+// guarded writes, an Extend, listening for requests, and heeding one), then releases it and checks the
+// release. It reports false when the Client is closed.
+func (s *sched) holdOn(a *actor, l lockHandle, x *hold) bool {
+	a.holds++
+	x.seq, x.sharedOwner, x.client, x.maxHold = a.holds, a.role.shared, a.client, l.maxHold
+	if x.lease > 0 {
+		x.leaseMin, x.leaseMax = x.invoke+x.lease, x.grant+x.lease
+	}
+	s.h.addHold(x)
+	hctx, herr := l.holdCtx(a.base)
+	if herr == nil {
+		s.watchLoss(x, hctx)
+	} else {
+		hctx = nil
+		if errors.Is(herr, relock.ErrNotHeld) { // already over (a lease or a budget that ended with its reply on the way)
+			s.h.update(func() { x.told = min(x.told, s.h.now()) })
 		}
 	}
-	if err := l.lock(ctx); err != nil {
-		return
+	var budget chan struct{} // closed when the budget's check, if any, is over
+	if l.maxHold > 0 && hctx != nil && !a.role.shared {
+		budget = make(chan struct{})
+		go func() {
+			defer close(budget)
+			<-hctx.Done()
+			if errors.Is(context.Cause(hctx), relock.ErrMaxHoldReached) {
+				s.checkBudget(a, l, x, s.h.now())
+			}
+		}()
 	}
-	countIs(2, "after reentry")
-	if err := l.unlock(ctx); err != nil {
-		return
+	if l.fenced && l.rl != nil {
+		if tok, err := l.rl.FencingToken(a.base); err == nil {
+			s.h.update(func() { x.token = tok })
+		}
 	}
-	countIs(1, "after one of two Unlocks")
+	// A reentry at once: a loss between the grant and it (a key deleted) is one the watch of holds has not
+	// seen yet, which the Client must not take for a reentry.
+	balanced := true // the owner's levels are the hold's one (a reentry's Unlock did not fail)
+	if x.lease == 0 && l.holdCount != nil && !a.role.shared && a.rng.IntN(4) == 0 {
+		balanced = s.reenter(a, l, x, hctx)
+	}
+	var asked <-chan struct{}
+	if l.rl != nil && s.k.ops&opRevoke != 0 {
+		asked = s.listen(a, x, l.rl.ReleaseRequests)
+	}
+	hold := s.holdTime(a)
+	if x.lease > 0 && a.rng.IntN(5) == 0 {
+		hold = x.lease + 50*time.Millisecond // past the lease: the hold expires, the Unlock finds it gone
+	}
+	if l.maxHold > 0 && a.rng.IntN(3) == 0 {
+		hold = l.maxHold + 100*time.Millisecond // past the budget: the Client ends the hold
+	}
+	if a.role.shared && a.rng.IntN(3) == 0 { // long enough that its co-owner's waiter, which may go on at once, is seen asleep
+		hold = time.Duration(600+a.rng.IntN(600)) * time.Millisecond
+	}
+	var steps []holdStep
+	if l.rl != nil && a.rng.Float64() < s.p.ops.guardP {
+		for range 1 + a.rng.IntN(3) {
+			steps = append(steps, holdStep{at: time.Duration(a.rng.Int64N(int64(hold) + 1)), do: func() { s.guardedWrite(a, l, x, hctx) }})
+		}
+	}
+	if x.lease > 0 && l.rl != nil && a.rng.Float64() < s.p.ops.extendP {
+		steps = append(steps, holdStep{at: time.Duration(a.rng.Int64N(int64(hold) + 1)), do: func() { s.extend(a, l, x) }})
+	}
+	slices.SortFunc(steps, func(p, q holdStep) int { return int(p.at - q.at) })
+	began := time.Now()
+	for _, st := range steps {
+		s.holdFor(st.at-time.Since(began), asked)
+		if s.stopped() || closedCh(asked) {
+			break
+		}
+		st.do()
+	}
+	s.holdFor(hold-time.Since(began), asked)
+	rc := s.release(a, l.op+".Unlock", "", l.unlock)
+	err := rc.err
+	s.h.update(func() { s.endedLocked(x, rc) })
+	if budget != nil && hctx.Err() != nil {
+		<-budget // its check is over before the owner acquires again
+	}
+	if err == nil && hctx != nil && !a.role.shared && balanced {
+		if !s.endsWithin(hctx, 200*time.Millisecond) {
+			s.h.fail("actor %d: %s returned nil, and its HoldContext still lives 200 ms later", a.id, rc.op)
+		}
+	}
+	return !errors.Is(err, relock.ErrClosed)
+}
+
+// endsWithin reports whether ctx ends within d, not counting the stretches in which the test process did
+// not run (history.monitorLag): the library cannot end a context while its process is starved.
+func (s *sched) endsWithin(ctx context.Context, d time.Duration) bool {
+	from := s.h.now()
+	for wait := d; ; {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-time.After(wait):
+		}
+		time.Sleep(2*lagPeriod + time.Millisecond) // the lag monitor records a stretch once it runs again
+		var lag time.Duration
+		s.h.update(func() { lag = s.h.lagIn(from, s.h.now()) })
+		if left := from + d + lag - s.h.now(); left > 0 && lag < 10*time.Second {
+			wait = left
+			continue
+		}
+		if lag > 0 {
+			s.h.update(func() { s.h.lagExcused++ })
+		}
+		return ctx.Err() != nil
+	}
+}
+
+// closedCh reports whether ch is closed (a nil ch never is).
+func closedCh(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func setPermits(s *sched) error {
@@ -467,11 +628,14 @@ func semaphoreActor(s *sched, a *actor) {
 				if isErr(err, context.Canceled, context.DeadlineExceeded) {
 					keep = s.p.watchdog + time.Second // given back once its reply comes
 				}
-				s.h.addHold(&hold{owner: a.owner, res: []int{0}, units: n, phantom: true, grant: c.invoke, endRet: c.ret, end: c.ret, told: forever, keep: keep})
+				s.h.addHold(&hold{client: a.client, owner: a.owner, res: []int{0}, units: n, phantom: true, grant: c.invoke, endRet: c.ret, end: c.ret, told: forever, keep: keep})
+			}
+			if errors.Is(err, relock.ErrClosed) {
+				return
 			}
 			continue
 		}
-		x := &hold{owner: a.owner, res: []int{0}, units: n, invoke: c.invoke, grant: c.ret, end: forever, told: forever}
+		x := &hold{client: a.client, owner: a.owner, res: []int{0}, units: n, invoke: c.invoke, grant: c.ret, end: forever, told: forever}
 		s.h.addHold(x)
 		s.sleep(s.holdTime(a))
 		rc := s.release(a, fmt.Sprintf("Semaphore.Release(%d)", n), "", func(ctx context.Context) error { return sem.Release(ctx, n) })
@@ -517,12 +681,15 @@ func permitActor(s *sched, a *actor) {
 		c.ret, c.err, c.granted = s.h.now(), err, ok
 		s.h.addCall(c)
 		if !ok {
-			if err != nil && !errors.Is(err, relock.ErrClosed) {
-				s.h.addHold(&hold{owner: a.owner, res: []int{0}, units: 1, phantom: true, grant: c.invoke, endRet: c.ret, end: c.ret, told: forever, keep: s.p.watchdog + time.Second})
+			if err != nil {
+				s.h.addHold(&hold{client: a.client, owner: a.owner, res: []int{0}, units: 1, phantom: true, grant: c.invoke, endRet: c.ret, end: c.ret, told: forever, keep: s.p.watchdog + time.Second})
+			}
+			if errors.Is(err, relock.ErrClosed) {
+				return
 			}
 			continue
 		}
-		x := &hold{owner: a.owner + "/" + p.ID(), res: []int{0}, units: 1, invoke: c.invoke, grant: c.ret, lease: lease, end: forever, told: forever}
+		x := &hold{client: a.client, owner: a.owner + "/" + p.ID(), res: []int{0}, units: 1, invoke: c.invoke, grant: c.ret, lease: lease, end: forever, told: forever}
 		s.h.addHold(x)
 		if pctx, err := p.Context(a.base); err == nil {
 			s.watchLoss(x, pctx)
@@ -530,6 +697,9 @@ func permitActor(s *sched, a *actor) {
 		s.sleep(s.holdTime(a))
 		rc := s.release(a, "Permit.Release", "", p.Release)
 		s.h.update(func() { s.endedLocked(x, rc) })
+		if errors.Is(rc.err, relock.ErrClosed) {
+			return
+		}
 	}
 }
 
@@ -583,6 +753,9 @@ func latchActor(s *sched, a *actor) {
 		cancel()
 		c.ret, c.err, c.granted = s.h.now(), err, ok
 		s.h.addCall(c)
+		if errors.Is(err, relock.ErrClosed) {
+			return
+		}
 	}
 }
 
@@ -595,6 +768,12 @@ func electionActor(s *sched, a *actor) {
 		if s.stopped() {
 			return
 		}
+		if a.role.revoker && a.rng.IntN(2) == 0 {
+			if !s.requestStepDown(a, e) {
+				return
+			}
+			continue
+		}
 		c := &call{actor: a.id, client: a.client, owner: a.owner, waitFor: []int{0}, units: 1, op: "Campaign"}
 		ctx, cancel := s.callCtx(a, c, s.p.maxWait, 0.1)
 		term, err := e.Campaign(ctx, a.owner)
@@ -602,8 +781,9 @@ func electionActor(s *sched, a *actor) {
 		c.ret, c.err, c.granted = s.h.now(), err, err == nil
 		s.h.addCall(c)
 		if err != nil {
-			if !errors.Is(err, relock.ErrClosed) {
-				s.h.addHold(&hold{owner: a.owner, res: []int{0}, units: 1, phantom: true, grant: c.invoke, endRet: c.ret, end: c.ret, told: forever, keep: s.p.watchdog + time.Second})
+			s.h.addHold(&hold{client: a.client, owner: a.owner, res: []int{0}, units: 1, phantom: true, grant: c.invoke, endRet: c.ret, end: c.ret, told: forever, keep: s.p.watchdog + time.Second})
+			if errors.Is(err, relock.ErrClosed) {
+				return
 			}
 			continue
 		}
@@ -614,7 +794,7 @@ func electionActor(s *sched, a *actor) {
 			// returns: it may or may not lead now (a phantom), until it resigns or campaigns again.
 			for _, r := range s.h.calls {
 				if r.op == "Resign" && r.owner == a.owner && r.ret >= c.invoke {
-					x = &hold{owner: a.owner, res: []int{0}, units: 1, phantom: true, grant: c.invoke, endRet: c.ret, end: c.ret, told: forever, keep: forever}
+					x = &hold{client: a.client, owner: a.owner, res: []int{0}, units: 1, phantom: true, grant: c.invoke, endRet: c.ret, end: c.ret, told: forever, keep: forever}
 					s.h.holds = append(s.h.holds, x)
 					return
 				}
@@ -625,7 +805,7 @@ func electionActor(s *sched, a *actor) {
 				}
 			}
 			if x == nil {
-				x = &hold{owner: a.owner, res: []int{0}, units: 1, invoke: c.invoke, grant: c.ret, end: forever, told: forever}
+				x = &hold{client: a.client, owner: a.owner, res: []int{0}, units: 1, invoke: c.invoke, grant: c.ret, end: forever, told: forever}
 				s.h.holds = append(s.h.holds, x)
 			}
 		})
@@ -633,8 +813,9 @@ func electionActor(s *sched, a *actor) {
 		if lerr == nil {
 			s.watchLoss(x, lctx)
 		}
-		s.sleep(s.holdTime(a))
-		if a.rng.IntN(3) == 0 { // resign later, or leave it to the other actor of the owner
+		asked := s.listen(a, x, e.StepDownRequests) // a request to step down, which it may heed
+		s.holdFor(s.holdTime(a), asked)
+		if a.rng.IntN(3) == 0 && !closedCh(asked) { // resign later, or leave it to the other actor of the owner
 			continue
 		}
 		rc := s.release(a, "Resign", a.owner, e.Resign)
@@ -651,11 +832,12 @@ func electionActor(s *sched, a *actor) {
 			}
 		})
 		if err == nil && lerr == nil {
-			select {
-			case <-lctx.Done():
-			case <-time.After(200 * time.Millisecond):
+			if !s.endsWithin(lctx, 200*time.Millisecond) {
 				s.h.fail("actor %d (%s): Resign returned nil, and the leadership of term %d still lives 200 ms later", a.id, a.owner, term)
 			}
+		}
+		if errors.Is(err, relock.ErrClosed) {
+			return
 		}
 	}
 }
