@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/invariant"
 )
 
 var (
@@ -29,6 +30,7 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	invariant.Enable() // the library's lifecycles check themselves after every transition
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
