@@ -114,8 +114,16 @@ func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 		return 0, wrapErrCtx(ctx, "campaign", e.name, err)
 	}
 	turn := holdKey{key: e.name, field: campaignTurn + field}
-	if err := e.c.holds.beginAttempt(ctx, turn); err != nil {
-		return 0, wrapErrCtx(ctx, "campaign", e.name, err)
+	if !e.c.holds.tryBeginTurn(turn) {
+		// Another Campaign of the owner is under way, maybe riding out an outage as a waiter does. A
+		// Campaign made while Redis does not answer fails at once, as any call does: it asks Redis once
+		// before it waits its turn.
+		if err := e.c.do(ctx, e.c.rdb.B().Ping().Build()).Error(); err != nil && transient(err) {
+			return 0, wrapErrCtx(ctx, "campaign", e.name, unavailable(err))
+		}
+		if err := e.c.holds.beginAttempt(ctx, turn); err != nil {
+			return 0, wrapErrCtx(ctx, "campaign", e.name, err)
+		}
 	}
 	defer e.c.holds.endAttempt(turn)
 	if term, err := e.lock.FencingToken(ctx); err == nil {

@@ -781,3 +781,45 @@ func TestElectionObserveResumesSoonAfterAnOutage(t *testing.T) {
 		t.Fatalf("the leader elected after the outage was observed %v later, want within 1 s", d)
 	}
 }
+
+// A Campaign made while Redis refuses its Client's connections fails at once, with ErrUnavailable, even
+// when another Campaign of its owner is under way, riding the outage out as a waiter does (it waited
+// behind it before: safety/explore found a Campaign that took 950 ms so).
+func TestElectionCampaignDuringAnOutageFailsAtOnceBesideAnother(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := startProxy(t, srv)
+	leader, c := newClient(t, srv, nil), clientAt(t, proxy.Addr, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	if _, err := leader.Election("outage-campaign").Campaign(ctx, "leader"); err != nil {
+		t.Fatal(err)
+	}
+	owner := relock.WithOwner(ctx, "shared")
+	first := make(chan error, 1)
+	go func() { _, err := c.Election("outage-campaign").Campaign(owner, "first"); first <- err }()
+	rdb := rawClient(t, srv)
+	eventually(t, 5*time.Second, "the first Campaign waits", func() bool {
+		return listening(t, rdb, "redisson_lock__channel:{outage-campaign}:"+c.ID()+":shared")
+	})
+	if err := proxy.Down(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	_, err := c.Election("outage-campaign").Campaign(owner, "second")
+	if took := time.Since(start); !errors.Is(err, relock.ErrUnavailable) || took > 500*time.Millisecond {
+		t.Fatalf("a Campaign made while Redis refused connections = %v after %v; want ErrUnavailable at once", err, took)
+	}
+	if err := proxy.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Election("outage-campaign").Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the first Campaign, which rode the outage out: %v", err)
+	}
+	if err := c.Election("outage-campaign").Resign(owner); err != nil {
+		t.Fatal(err)
+	}
+}
