@@ -133,40 +133,25 @@ func (w *holdTable) prepare(ctx context.Context, k holdKey) (int64, error) {
 // lock has its turn, and gives the caller the turn; endTurn ends it. An operation that waits here has
 // sent nothing: ctx ending returns its error, with nothing to undo. Only an operation that finds another
 // in its turn allocates (the channel it waits on).
-func (w *holdTable) beginTurn(ctx context.Context, k holdKey) error {
-	for {
-		if _, err := w.prepare(ctx, k); err != nil {
-			return err
-		}
-		w.mu.Lock()
-		if len(w.settlings[k]) > 0 { // a settling began meanwhile: wait for it first
-			w.mu.Unlock()
-			continue
-		}
-		ch, busy := w.turns[k]
-		if !busy {
-			w.turns[k] = nil
-			w.mu.Unlock()
-			return nil
-		}
-		if ch == nil {
-			ch = make(chan struct{})
-			w.turns[k] = ch
-		}
-		w.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
+func (w *holdTable) beginTurn(ctx context.Context, k holdKey) error { return w.takeTurn(ctx, k, true) }
 
 // beginAttempt takes k's turn without waiting for k's settlings: for turns that are not a hold's (an
 // owner's Campaigns of an Election take turns so, see Election.Campaign).
-func (w *holdTable) beginAttempt(ctx context.Context, k holdKey) error {
+func (w *holdTable) beginAttempt(ctx context.Context, k holdKey) error { return w.takeTurn(ctx, k, false) }
+
+// takeTurn is beginTurn, waiting for k's settlings first when settled.
+func (w *holdTable) takeTurn(ctx context.Context, k holdKey, settled bool) error {
 	for {
+		if settled {
+			if _, err := w.prepare(ctx, k); err != nil {
+				return err
+			}
+		}
 		w.mu.Lock()
+		if settled && len(w.settlings[k]) > 0 { // a settling began meanwhile: wait for it first
+			w.mu.Unlock()
+			continue
+		}
 		ch, busy := w.turns[k]
 		if !busy {
 			w.turns[k] = nil
