@@ -137,7 +137,9 @@ func (w *holdTable) beginTurn(ctx context.Context, k holdKey) error { return w.t
 
 // beginAttempt takes k's turn without waiting for k's settlings: for turns that are not a hold's (an
 // owner's Campaigns of an Election take turns so, see Election.Campaign).
-func (w *holdTable) beginAttempt(ctx context.Context, k holdKey) error { return w.takeTurn(ctx, k, false) }
+func (w *holdTable) beginAttempt(ctx context.Context, k holdKey) error {
+	return w.takeTurn(ctx, k, false)
+}
 
 // takeTurn is beginTurn, waiting for k's settlings first when settled.
 func (w *holdTable) takeTurn(ctx context.Context, k holdKey, settled bool) error {
