@@ -287,13 +287,26 @@ func (gs *gates) attempting(ctx context.Context, e *gateWaiter, deadline time.Ti
 	case <-timeout:
 		err = errWaitOver
 	}
+	if h, handed := gs.stopWaiting(e); handed {
+		return h, nil // delivered meanwhile
+	}
+	return handoff{}, err
+}
+
+// stopWaiting is called by the head e when it stops waiting for the outcome of a handoff on its way (its
+// ctx ended, the Client closes, its wait ran out): one delivered meanwhile is returned (handed true); one
+// still on its way is its sender's to undo. Told "not handed" meanwhile, e is the head still: its exit
+// ends its turn.
+func (gs *gates) stopWaiting(e *gateWaiter) (handoff, bool) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	if e.phase == wHanded {
-		return <-e.outcome, nil // delivered meanwhile
+	switch e.phase {
+	case wHanded:
+		return <-e.outcome, true
+	case wClaimed:
+		gs.stepLocked(e, gGiveUp)
 	}
-	gs.stepLocked(e, gGiveUp)
-	return handoff{}, err
+	return handoff{}, false
 }
 
 // tryAttempt moves the head e to attempting, and reports false; or, when a handoff to it is on its way,

@@ -24,7 +24,7 @@ import "github.com/relock-go/relock/internal/invariant"
 //	handed         -              -             -             handed               left (undone)
 //	notHanded      -              -             -             queued / sleeping    left
 //	ownerBusy      -              -             -             freed                left
-//	giveUp         left           left          left          abandoned            abandoned
+//	giveUp         left           -             -             abandoned            abandoned
 //	trouble        freed/riding   -             -             -                    -
 //	ownerAcquired  freed          -             -             -                    -
 //	exit (head)    -              left          left          abandoned            abandoned
@@ -88,7 +88,7 @@ var gateNext = [...]map[waiterPhase]waiterPhase{
 	gHanded:        {wClaimed: wHanded, wAbandoned: wLeft},
 	gNotHanded:     {wClaimed: wQueued, wAbandoned: wLeft}, // a claimed head sleeps: see stepLocked
 	gOwnerBusy:     {wClaimed: wFreed, wAbandoned: wLeft},
-	gGiveUp:        {wQueued: wLeft, wAttempting: wLeft, wSleeping: wLeft, wClaimed: wAbandoned, wAbandoned: wAbandoned},
+	gGiveUp:        {wQueued: wLeft, wClaimed: wAbandoned, wAbandoned: wAbandoned}, // a head gives up by its exit
 	gTrouble:       {wQueued: wFreed},
 	gTroubleRiding: {wQueued: wRiding},
 	gOwnerAcquired: {wQueued: wFreed},

@@ -195,6 +195,24 @@ func TestGateAgainstModel(t *testing.T) {
 					step("a waiter gives up")
 					gmGiveUp(gs, m, w)
 				}
+				// Or the head that waited for a handoff's outcome (tryAttempt said claimed) stops waiting: the
+				// outcome may have come meanwhile.
+				if w := m.head; w != nil && w.outcome && r.IntN(2) == 0 {
+					step("the head stops waiting for the outcome")
+					h, handed := gs.stopWaiting(w.e)
+					switch {
+					case w.phase == wHanded:
+						if !handed || !h.handed {
+							t.Fatalf("seed %d: a handed head stopping its wait was not given its handoff", seed)
+						}
+					case w.phase == wClaimed:
+						w.phase = wAbandoned
+					}
+					w.outcome = false
+					if w.phase != wHanded { // it gives up: its exit
+						gmExit(gs, m, w)
+					}
+				}
 			case 6: // the head exits: it got the lock through Redis, or was handed it
 				if w := m.head; w != nil && w.phase != wClaimed {
 					step("the head exits")
