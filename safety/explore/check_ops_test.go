@@ -33,9 +33,11 @@ func clipSharedOwners(h *history) {
 		if !y.sharedOwner || y.phantom || !y.released || !y.lost() {
 			continue
 		}
+		// The Unlock may have released x anywhere from its invocation to its return, x's grant included
+		// (it may have waited for its turn behind the co-owner's acquisition).
 		for _, x := range h.holds {
-			if x != y && x.owner == y.owner && !x.phantom && x.grant <= y.end && x.validEnd() > y.end {
-				x.coEnd = y.end
+			if from := max(y.end, x.grant); x != y && x.owner == y.owner && !x.phantom && x.grant <= y.endRet && x.validEnd() > from {
+				x.coEnd = from
 			}
 		}
 	}
