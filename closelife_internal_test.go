@@ -1,0 +1,107 @@
+package relock
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+// Close against the operations in flight, a model test on real Redis (docs/development.md, "Lifecycles":
+// Close meets everything in flight). In each round a Client has a holder and 0 to 2 waiters of its own in
+// the lock's gate; one operation is in flight, held at a random point of its script run (before it is
+// sent, or after Redis ran it and before its reply is handed back): the holder's Unlock (a handoff when a
+// waiter waits, else a plain release) or another owner's acquisition attempt; Close begins, and the
+// operation goes on a random moment later. Whatever the interleaving, Close returns, every waiter returns,
+// and nothing of the Client is left in Redis once Close has returned (CloseContext's promise); and work
+// that must reach Redis is never dropped (mustRun's invariant).
+func TestCloseAgainstInFlightOperations(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	for round := range 30 {
+		name := fmt.Sprint("close-model-", round)
+		waiters := r.IntN(3)
+		op := r.IntN(3) // 0: the holder's Unlock; 1: the same with no waiter; 2: another owner's attempt
+		if op == 1 {
+			waiters = 0
+		}
+		after := r.IntN(2) == 0
+		c, err := New([]string{srv.Addr()}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := gateScripts(c)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		holder := WithOwner(ctx, "holder")
+		if err := c.Lock(name).Lock(holder); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, waiters)
+		for i := range waiters {
+			go func() { got <- c.Lock(name).Lock(WithOwner(ctx, fmt.Sprint("w", i))) }()
+		}
+		until(t, "the waiters wait in the gate", func() bool { return c.gates.waiters(name) == waiters })
+		if waiters > 0 {
+			until(t, "the gate's head sleeps", func() bool {
+				c.gates.mu.Lock()
+				defer c.gates.mu.Unlock()
+				gt := c.gates.m[name]
+				return gt != nil && gt.head != nil && gt.head.phase == wSleeping
+			})
+		}
+		var held <-chan struct{}
+		var resume func()
+		done := make(chan error, 1)
+		switch {
+		case op == 2:
+			rawDo(t, rdb, "DEL", name) // the lock free: the attempt takes it
+			held, resume = g.arm(scriptAcquire, after)
+			go func() { _, err := c.Lock(name).TryLock(WithOwner(ctx, "late"), 0, 0); done <- err }()
+		case waiters > 0:
+			held, resume = g.arm(scriptHandoff, after)
+			go func() { done <- c.Lock(name).Unlock(holder) }()
+		default:
+			held, resume = g.arm(scriptRelease, after)
+			go func() { done <- c.Lock(name).Unlock(holder) }()
+		}
+		<-held
+		closed := make(chan error, 1)
+		go func() { closed <- c.Close() }()
+		time.Sleep(time.Duration(r.IntN(50)) * time.Millisecond)
+		resume()
+		<-done
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatalf("round %d (op %d, after %v, %d waiters): Close = %v", round, op, after, waiters, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d (op %d, after %v, %d waiters): Close still runs 10 s later", round, op, after, waiters)
+		}
+		for range waiters {
+			<-got
+		}
+		if n, _ := rdb.Do(context.Background(), rdb.B().Exists().Key(name).Build()).AsInt64(); n != 0 {
+			t.Fatalf("round %d (op %d, after %v, %d waiters): the lock is still in Redis after Close returned", round, op, after, waiters)
+		}
+		cancel()
+	}
+}
+
+// rawDo runs a command given as words on rdb, failing t on an error.
+func rawDo(t *testing.T, rdb rueidis.Client, words ...string) {
+	t.Helper()
+	if err := rdb.Do(context.Background(), rdb.B().Arbitrary(words...).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+}
