@@ -3,6 +3,7 @@ package relock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -305,19 +306,32 @@ func TestMaxHoldClientEndsNoLaterThanRedis(t *testing.T) {
 	rdb := rawClient(t, srv)
 	ctx := ctxTimeout(t, 20*time.Second)
 	const name = "budget-slow-grant"
-	l := c.Lock(name, relock.WithMaxHold(budget))
 	if err := c.Lock(name+"-warm").LockWithLease(ctx, time.Second); err != nil { // no NOSCRIPT round trip below
 		t.Fatal(err)
 	}
 	proxy.SetLatency(latency)
-	begun := time.Now()
-	if err := l.LockWithLease(ctx, 10*time.Second); err != nil { // a first TTL of the budget, from the grant
-		t.Fatal(err)
-	}
-	granted := time.Now()
-	hctx, err := l.HoldContext(ctx)
-	if err != nil {
-		t.Fatal(err)
+	var l *relock.RLock
+	var begun, granted time.Time
+	var hctx context.Context
+	for try := 0; ; try++ {
+		// The Lock takes two latencies (500 ms); on a machine so loaded that it takes most of the budget,
+		// the hold's budget may be spent before the test looks at it: try again (a few times), with
+		// another lock.
+		l = c.Lock(fmt.Sprint(name, try), relock.WithMaxHold(budget))
+		begun = time.Now()
+		if err := l.LockWithLease(ctx, 10*time.Second); err != nil { // a first TTL of the budget, from the grant
+			t.Fatal(err)
+		}
+		granted = time.Now()
+		var err error
+		if hctx, err = l.HoldContext(ctx); err == nil && granted.Sub(begun) < budget*8/10 {
+			break
+		}
+		if try == 4 {
+			t.Fatalf("5 Locks took %v and more (the last: %v): the machine is too loaded for this test", budget*8/10, err)
+		}
+		t.Logf("the Lock took %v (%v): again", granted.Sub(begun), err)
+		_ = l.Unlock(context.WithoutCancel(ctx))
 	}
 	proxy.Partition(true) // cut off: the Client can give nothing up in Redis now
 	defer proxy.Partition(false)
@@ -325,7 +339,7 @@ func TestMaxHoldClientEndsNoLaterThanRedis(t *testing.T) {
 	go func() { <-hctx.Done(); ended <- time.Now() }()
 	var lastSeen time.Time // when the last poll that found the key was sent
 	for sent := time.Now(); sent.Before(granted.Add(budget + 2*latency)); sent = time.Now() {
-		if n, err := do(t, rdb, "EXISTS", name).AsInt64(); err == nil && n == 1 {
+		if n, err := do(t, rdb, "EXISTS", l.Name()).AsInt64(); err == nil && n == 1 {
 			lastSeen = sent
 		}
 		time.Sleep(2 * time.Millisecond)
