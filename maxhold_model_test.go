@@ -54,8 +54,9 @@ func TestMaxHoldAgainstModel(t *testing.T) {
 		granted := time.Now() // Redis granted it before this
 		latency := time.Duration(20+r.IntN(60)) * time.Millisecond
 		proxy.SetLatency(latency)
+		after := time.Duration(r.IntN(int(budget / 3)))
 		go func() { // what follows the grant, late on its way
-			time.Sleep(time.Duration(r.IntN(int(budget / 3))))
+			time.Sleep(after)
 			switch way {
 			case 1:
 				if l.Lock(ctx) == nil {
