@@ -309,12 +309,13 @@ func (gs *gates) stopWaiting(e *gateWaiter) (handoff, bool) {
 	return handoff{}, false
 }
 
-// tryAttempt moves the head e to attempting, and reports false; or, when a handoff to it is on its way,
-// true: it must wait for the handoff's outcome, and tell it to heard.
+// tryAttempt moves the head e to attempting, and reports false; or, when a handoff to it is on its way or
+// was delivered while it woke for another cause (a message, its timer), true: it must take the handoff's
+// outcome, and tell it to heard.
 func (gs *gates) tryAttempt(e *gateWaiter) (claimed bool) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
-	if e.phase == wClaimed {
+	if e.phase == wClaimed || e.phase == wHanded {
 		return true
 	}
 	gs.stepLocked(e, gAttempt)

@@ -18,7 +18,7 @@ import "github.com/relock-go/relock/internal/invariant"
 //
 //	event          queued         attempting    sleeping      claimed              abandoned
 //	promote        attempting     -             -             -                    -
-//	attempt        -              attempting    attempting    (waits for the outcome)
+//	attempt        -              attempting    attempting    (waits for the outcome; handed: takes it)
 //	sleep          -              sleeping      -             -                    -
 //	claim          claimed        -             claimed       -                    -
 //	handed         -              -             -             handed               left (undone)
@@ -79,7 +79,7 @@ func (e gateEv) String() string {
 }
 
 // gateNext is the machine's table: the phase each event moves each phase to; a phase missing for an event
-// makes the pair illegal. (wClaimed + gAttempt is no transition: the head waits for the outcome.)
+// makes the pair illegal. (wClaimed or wHanded + gAttempt is no transition: the head takes the outcome.)
 var gateNext = [...]map[waiterPhase]waiterPhase{
 	gPromote:       {wQueued: wAttempting},
 	gAttempt:       {wAttempting: wAttempting, wSleeping: wAttempting},

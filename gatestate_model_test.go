@@ -111,13 +111,16 @@ func TestGateAgainstModel(t *testing.T) {
 					step("head sleeps")
 					gs.sleeping(w.e)
 					w.phase = wSleeping
-				case wSleeping, wClaimed:
+				case wSleeping, wClaimed, wHanded:
+					// Woken by a message or its timer, the head attempts again, whatever a release did
+					// meanwhile: claimed it (the outcome is on its way) or handed it the lock (the outcome
+					// waits in its channel).
 					step("head attempts")
-					w.outcome = w.outcome && w.phase == wClaimed
-					if claimed := gs.tryAttempt(w.e); claimed != (w.phase == wClaimed) {
-						t.Fatalf("seed %d: tryAttempt = %v in phase %s", seed, claimed, w.phase)
+					waits := w.phase == wClaimed || w.phase == wHanded
+					if claimed := gs.tryAttempt(w.e); claimed != waits {
+						t.Fatalf("seed %d: tryAttempt = %v in phase %s\n%s", seed, claimed, w.phase, strings.Join(trail, "\n"))
 					}
-					if w.phase == wClaimed {
+					if waits {
 						w.outcome = true
 					} else {
 						w.phase = wAttempting

@@ -294,6 +294,9 @@ func checkRedisson(h *history, b bounds) []violation {
 			}
 			slices.Sort(cuts)
 			cuts = append(cuts, min(sub[1], w.ret))
+			for _, s := range free {
+				h.redissonRow = max(h.redissonRow, relockRow(h, s[0], s[1]))
+			}
 			for i := 1; i < len(cuts); i++ {
 				from, to := cuts[i-1], cuts[i]
 				counts := map[int]int{}
@@ -315,4 +318,26 @@ func checkRedisson(h *history, b bounds) []violation {
 		}
 	}
 	return vs
+}
+
+// relockRow is the longest run of relock holds granted in (from, to) with no Redisson client's hold
+// between them: how many relock holds a Redisson waiter waiting through that stretch waited behind.
+func relockRow(h *history, from, to time.Duration) int {
+	var grants []*hold
+	for _, x := range h.holds {
+		if !x.phantom && !x.taker && x.grant > from && x.grant < to {
+			grants = append(grants, x)
+		}
+	}
+	slices.SortFunc(grants, func(a, b *hold) int { return int(a.grant - b.grant) })
+	row, most := 0, 0
+	for _, x := range grants {
+		if x.redisson || x.client < 0 {
+			row = 0
+			continue
+		}
+		row++
+		most = max(most, row)
+	}
+	return most
 }

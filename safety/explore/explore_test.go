@@ -65,7 +65,7 @@ func exploreKind(t *testing.T, k *kind) {
 			t.Logf("history:\n%s", o.h.around(0, forever))
 		}
 		report(t, k, o)
-		summary(t, k, 1, len(o.h.faults), len(o.violations), o.h.lagExcused, o.h.redissonMost, o.elapsed, "")
+		summary(t, k, 1, len(o.h.faults), len(o.violations), o.h.lagExcused, o.h.redissonMost, o.h.redissonRow, o.elapsed, "")
 		return
 	}
 	budget := *budgetFlag
@@ -73,7 +73,7 @@ func exploreKind(t *testing.T, k *kind) {
 		budget = *exploreFlag
 	}
 	start := time.Now()
-	var schedules, faults, violations, lagExcused, redissonMost atomic.Int64
+	var schedules, faults, violations, lagExcused, redissonMost, redissonRow atomic.Int64
 	var mu sync.Mutex
 	var first *outcome
 	var firstAt string
@@ -92,8 +92,8 @@ func exploreKind(t *testing.T, k *kind) {
 				n := schedules.Add(1)
 				faults.Add(int64(len(o.h.faults)))
 				lagExcused.Add(int64(o.h.lagExcused))
-				for m := redissonMost.Load(); int64(o.h.redissonMost) > m && !redissonMost.CompareAndSwap(m, int64(o.h.redissonMost)); m = redissonMost.Load() {
-				}
+				atomicMax(&redissonMost, o.h.redissonMost)
+				atomicMax(&redissonRow, o.h.redissonRow)
 				if len(o.violations) == 0 {
 					continue
 				}
@@ -123,7 +123,7 @@ func exploreKind(t *testing.T, k *kind) {
 	if first != nil {
 		report(t, k, *first)
 	}
-	summary(t, k, schedules.Load(), int(faults.Load()), int(violations.Load()), int(lagExcused.Load()), int(redissonMost.Load()), elapsed, firstAt)
+	summary(t, k, schedules.Load(), int(faults.Load()), int(violations.Load()), int(lagExcused.Load()), int(redissonMost.Load()), int(redissonRow.Load()), elapsed, firstAt)
 }
 
 // report fails t with o's violations: the seed to replay, the plan, and the history around each.
@@ -145,14 +145,20 @@ func report(t *testing.T, k *kind, o outcome) {
 	t.Error(b.String())
 }
 
+// atomicMax raises m to v if v is more.
+func atomicMax(m *atomic.Int64, v int) {
+	for o := m.Load(); int64(v) > o && !m.CompareAndSwap(o, int64(v)); o = m.Load() {
+	}
+}
+
 // summary logs, and appends to $RELOCK_CHAOS_SUMMARY, the kind's line: schedules, faults, violations.
 // lagExcused counts the overruns excused because the test process itself did not run (history.monitorLag).
 // redissonMost is the most holds a relock Client got during one Redisson wait (the Redisson kind).
-func summary(t *testing.T, k *kind, schedules int64, faults, violations, lagExcused, redissonMost int, elapsed time.Duration, first string) {
+func summary(t *testing.T, k *kind, schedules int64, faults, violations, lagExcused, redissonMost, redissonRow int, elapsed time.Duration, first string) {
 	line := fmt.Sprintf("explore: kind=%s schedules=%d faults=%d violations=%d lag-excused=%d seconds=%.1f schedules/s=%.2f",
 		k.name, schedules, faults, violations, lagExcused, elapsed.Seconds(), float64(schedules)/elapsed.Seconds())
 	if k.name == "Redisson" {
-		line += fmt.Sprintf(" redisson-most=%d", redissonMost)
+		line += fmt.Sprintf(" redisson-most=%d redisson-row=%d", redissonMost, redissonRow)
 	}
 	if first != "" {
 		line += " (" + first + ")"

@@ -139,6 +139,9 @@ type history struct {
 	// redissonMost is the most holds one relock Client got while a Redisson waiter waited (checkRedisson),
 	// for the summary: how close the schedules came to the bound.
 	redissonMost int
+	// redissonRow is the longest run of relock holds a subscribed Redisson waiter waited through
+	// (relockRow), for the summary.
+	redissonRow int
 }
 
 func newHistory() *history { return &history{base: time.Now()} }

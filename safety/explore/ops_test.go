@@ -80,6 +80,12 @@ func drawOps(k *kind, p *plan, rng *rand.Rand) {
 		p.tick, p.sparse = 0, false
 		p.maxHold = time.Duration(1+rng.IntN(20)) * time.Millisecond
 		p.maxThink = time.Duration(1+rng.IntN(5)) * time.Millisecond
+		if rng.IntN(2) == 0 {
+			// A hot lock, as TestRedissonWaiterGetsItsTurnBetweenBusyClients has it: holds of a
+			// millisecond at most, taken again at once, so that every release finds waiters queued in
+			// every Client and the handoffs run their full streaks.
+			p.maxHold, p.maxThink = time.Millisecond, 0
+		}
 		p.maxWait = 3 * time.Second
 		// Links without delays: a relock waiter named by another Client's release races Redisson's on
 		// equal terms, so that a release that names one where it should let Redisson's go first is seen.
