@@ -116,6 +116,7 @@ type holdTable struct {
 	// turns and settlings: see settle.go.
 	turns     map[holdKey]chan struct{}
 	settlings map[holdKey][]*settling
+	owed      map[holdKey][]*owedSending
 	// queued counts, for each owner's entry in a wait queue (waitQueue.entryKey), the owner's acquisitions
 	// waiting in it: the goroutines of one WithOwner token share the entry (see waitQueue.joined).
 	queued  map[holdKey]*queuedOwner
@@ -136,6 +137,7 @@ func newHoldTable(c *Client, timeout time.Duration) *holdTable {
 		holds:     make(map[holdKey]*hold),
 		turns:     make(map[holdKey]chan struct{}),
 		settlings: make(map[holdKey][]*settling),
+		owed:      make(map[holdKey][]*owedSending),
 		queued:    make(map[holdKey]*queuedOwner),
 		wake:      make(chan struct{}, 1),
 		stopped:   make(chan struct{}),

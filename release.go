@@ -115,12 +115,7 @@ func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 				return
 			}
 		}
-		left := l.c.retryUnknown(life, deadline, func(ctx context.Context) (int64, error) {
-			left, err := l.release(ctx, call)
-			settling.failing(err)
-			return left, err
-		})
-		settling.done(max(left, 0)) // not held, or no answer until the hold's expiry: the hold is over
+		l.settleRelease(life, deadline, call, settling)
 	})
 	if !ran {
 		settling.done(-1)
@@ -133,16 +128,47 @@ func (l *RLock) releaseInBackground(k holdKey, call releaseCall) {
 // are being given up, the owner's next operation on the lock waits for it, and no other Client can hold a
 // field of its owner.
 func (l *RLock) giveUp(life context.Context, k holdKey, deadline time.Time) error {
-	call := releaseCall{field: k.field}
 	for {
+		call := newRelease(k.field)
 		left, err := l.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) {
 			left, err := l.release(ctx, call)
+			call = repeating(call)          // a sending whose reply was lost is repeated as such
 			l.c.holds.settleFailing(k, err) // an owner waiting for this (see holdTable.endGivingUpLocked) need not wait for a Redis that is gone
 			return left, err
 		})
-		if err != nil || left <= 0 {
+		if err != nil {
+			if life.Err() == nil {
+				l.c.holds.owe(k, l.resender(call)) // sent, never answered: see owedSending
+			}
 			return err
 		}
+		if left <= 0 {
+			return nil
+		}
+	}
+}
+
+// settleRelease sends call, a repeat, until Redis answers or deadline passes, and ends settling with the
+// count Redis answered (not held: 0); with no answer, as owing the release (see owedSending).
+func (l *RLock) settleRelease(life context.Context, deadline time.Time, call releaseCall, settling *settling) {
+	left, err := l.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) {
+		left, err := l.release(ctx, call)
+		settling.failing(err)
+		return left, err
+	})
+	if err != nil && life.Err() == nil {
+		settling.owe(l.resender(call))
+		return
+	}
+	settling.done(max(left, 0)) // not held, or no answer until the hold's expiry: the hold is over
+}
+
+// resender sends the release request call again, as a repeat: see owedSending.
+func (l *RLock) resender(call releaseCall) func(ctx context.Context) error {
+	call = repeating(call)
+	return func(ctx context.Context) error {
+		_, err := l.release(ctx, call)
+		return err
 	}
 }
 

@@ -302,3 +302,82 @@ func TestLateHandoffChangesNothing(t *testing.T) {
 		t.Fatalf("A's Unlock of its new hold: %v", err)
 	}
 }
+
+// (c) No sending of a release is answered until the hold would have expired: the Client gives up
+// sending it, and any of its sendings may still reach Redis after the owner's next hold began. The
+// owner's next operation on the lock sends it once more first (see owedSending): the sendings arriving
+// after that change nothing, and the new hold stays whole.
+func TestReleaseNeverAnsweredIsVoidedByTheOwnersNextHold(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newTestClient(t, srv)
+	ctx, cancel := context.WithTimeout(WithOwner(context.Background(), "owner"), 20*time.Second)
+	defer cancel()
+	r, direct := holdingBack(c)
+	kinds := []struct {
+		lock    func(name string) *RLock
+		release *script
+	}{
+		{func(name string) *RLock { return c.Lock(name) }, scriptRelease},
+		{func(name string) *RLock { return c.FairLock(name) }, scriptFairRelease},
+		{func(name string) *RLock { return c.ReadWriteLock(name).ReadLock() }, scriptRWReadRelease},
+		{func(name string) *RLock { return c.ReadWriteLock(name).WriteLock() }, scriptRWWriteRelease},
+	}
+	for j, k := range kinds {
+		l := k.lock("unanswered-" + strconv.Itoa(j))
+		t.Run(l.kind.String(), func(t *testing.T) {
+			owner, err := c.ownerField(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			field := l.spec.field(owner)
+			count := func() string {
+				t.Helper()
+				n, err := c.rdb.Do(ctx, c.rdb.B().Hget().Key(l.name).Field(field).Build()).ToString()
+				if err != nil && !rueidis.IsRedisNil(err) {
+					t.Fatal(err)
+				}
+				return n
+			}
+			const lease = 400 * time.Millisecond
+			if ok, err := l.TryLock(ctx, 0, lease); !ok || err != nil {
+				t.Fatalf("TryLock = %v, %v", ok, err)
+			}
+			steps := make([]step, 1000) // every sending is held back: none reaches Redis
+			for i := range steps {
+				steps[i] = keep
+			}
+			r.plan(k.release, steps...)
+			if err := l.Unlock(ctx); err == nil {
+				t.Fatal("Unlock whose reply was lost returned nil")
+			}
+			k := holdKey{key: l.name, field: field}
+			for c.holds.settling(k) { // the release is sent again and again until the hold's expiry
+				time.Sleep(10 * time.Millisecond)
+			}
+			r.mu.Lock()
+			late := r.held
+			r.steps = nil // from now on every sending passes
+			r.mu.Unlock()
+			if len(late) < 2 {
+				t.Fatalf("%d sendings held back; want the first and its repeats", len(late))
+			}
+			if n := count(); n != "" {
+				t.Fatalf("hold count once the hold expired: %q, want none", n)
+			}
+			if err := l.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, call := range late {
+				if _, err := direct.runInt(ctx, call); err != nil {
+					t.Fatalf("late sending %s: %v", call.args[3], err)
+				}
+			}
+			if n := count(); n != "1" {
+				t.Fatalf("hold count once the late sendings arrived: %q, want 1 (a late sending ended the owner's next hold)", n)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock of the new hold: %v", err)
+			}
+		})
+	}
+}

@@ -446,3 +446,43 @@ func TestWriterWaitsForLiveReadersOnly(t *testing.T) {
 	}
 	t.Logf("the writer got the lock after %v", time.Since(start))
 }
+
+// The read levels of one owner are alike: two goroutines sharing a WithOwner token each hold one, with
+// leases of their own. When the shorter lease has run out, its goroutine's Unlock takes one level off:
+// the level left must be the live one, whose HoldContext lives on, and which keeps writers out until its
+// lease ends. (A release once deleted the top level, the live one, leaving a hold its Client believed in
+// with no live level: a writer got in.)
+func TestReadLevelReleasedAfterItsLeaseLeavesTheLiveOne(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c, other := newClient(t, srv, nil), newClient(t, srv, nil)
+	ctx := relock.WithOwner(ctxTimeout(t, 30*time.Second), "shared")
+	read := c.ReadWriteLock("rw-levels").ReadLock()
+	if ok, err := read.TryLock(ctx, 0, 300*time.Millisecond); !ok || err != nil {
+		t.Fatalf("first level: %v, %v", ok, err)
+	}
+	if ok, err := read.TryLock(ctx, 0, 5*time.Second); !ok || err != nil { // the other goroutine's level
+		t.Fatalf("second level: %v, %v", ok, err)
+	}
+	hold, err := read.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the first level's lease has run out
+	if err := read.Unlock(ctx); err != nil && !errors.Is(err, relock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if hold.Err() != nil {
+		t.Fatalf("the live level's HoldContext ended: %v", context.Cause(hold))
+	}
+	if ok, err := other.ReadWriteLock("rw-levels").WriteLock().TryLock(ctx, 0, 0); ok || err != nil {
+		t.Fatalf("a writer's TryLock while a read level lives = %v, %v; want false", ok, err)
+	}
+	if err := read.Unlock(ctx); err != nil {
+		t.Fatalf("the live level's Unlock: %v", err)
+	}
+	if ok, err := other.ReadWriteLock("rw-levels").WriteLock().TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("a writer's TryLock once the reader left = %v, %v; want true", ok, err)
+	}
+}

@@ -24,6 +24,7 @@ import (
 //
 //	running --failed(err)--> running   the operations waiting for it are told (prepare fails with errSettling)
 //	running --done(count)--> done      the owner's hold, if any, takes the count Redis answered (< 0: unknown)
+//	running --owe(resend)--> done      no sending was answered: one may still reach Redis, late (see owe)
 //
 // While one runs, the owner's operations on the lock wait (beginTurn, prepare), so that it sees counts
 // nobody else is changing; but only until one of its attempts fails (Redis unreachable): then they fail
@@ -102,12 +103,67 @@ func (s *settling) done(count int64) {
 	out.finish(w.c.tel)
 }
 
-// prepare waits until nothing settles k, and returns the hold count known for it; it fails with
-// errSettling once an attempt of the settling it waits for fails (see settling).
+// An owedSending is a release the Client gave up sending with no sending answered: each may still reach
+// Redis, held up on the way, after the owner's next hold began, and end it. So the owner's next operation
+// on the lock first sends it once more, as a repeat (prepare): answered, it leaves a void mark that makes
+// every sending of it arriving later change nothing (lua/lib/release.lua). A sending arrives within a
+// network delay or never (the void mark's bound, undoMarkTTL): an owed sending older than that is
+// forgotten.
+type owedSending struct {
+	at     time.Time // when it was last sent
+	resend func(ctx context.Context) error
+}
+
+// owe ends s, whose sendings got no answer up to its deadline, as done with an unknown count, and makes
+// resend owed by its key's owner (see owedSending).
+func (s *settling) owe(resend func(ctx context.Context) error) {
+	s.w.owe(s.key, resend)
+	s.done(-1)
+}
+
+// owe makes resend owed by k's owner (see owedSending). Owed sendings past their bound are forgotten
+// meanwhile.
+func (w *holdTable) owe(k holdKey, resend func(ctx context.Context) error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	for k, owed := range w.owed {
+		if owed = slices.DeleteFunc(owed, func(o *owedSending) bool { return now.Sub(o.at) > undoMarkTTL }); len(owed) == 0 {
+			delete(w.owed, k)
+		} else {
+			w.owed[k] = owed
+		}
+	}
+	w.owed[k] = append(w.owed[k], &owedSending{at: now, resend: resend})
+}
+
+// prepare waits until nothing settles k, sends the releases owed for k (see owedSending), and returns the
+// hold count known for it; it fails with errSettling once an attempt of the settling it waits for fails
+// (see settling), or an owed release gets no answer.
 func (w *holdTable) prepare(ctx context.Context, k holdKey) (int64, error) {
 	for {
 		w.mu.Lock()
 		running := w.settlings[k]
+		if owed := w.owed[k]; len(running) == 0 && len(owed) > 0 {
+			o := owed[0]
+			w.mu.Unlock()
+			if time.Since(o.at) <= undoMarkTTL {
+				if err := o.resend(ctx); err != nil {
+					if ctx.Err() != nil {
+						return 0, ctx.Err()
+					}
+					return 0, settlingError(err)
+				}
+			}
+			w.mu.Lock()
+			if owed := slices.DeleteFunc(w.owed[k], func(x *owedSending) bool { return x == o }); len(owed) == 0 {
+				delete(w.owed, k)
+			} else {
+				w.owed[k] = owed
+			}
+			w.mu.Unlock()
+			continue
+		}
 		if len(running) == 0 {
 			var count int64
 			if h := w.holds[k]; h != nil {

@@ -40,9 +40,27 @@ local count = tonumber(redis.call('hget', KEYS[1], owner))
 if count and not read_hold_alive(ARGV[6], owner, count) then
   return -1
 end
--- Each read hold level has its own key, deleted with the hold.
+-- Each read hold level has its own key, deleted with the hold. The levels of one owner are alike (its
+-- goroutines may share it, see WithOwner), and each expires by its own lease: a release takes one that
+-- expired, if any, so that the levels left are the live ones (the top level's key takes the expired
+-- one's place, its time to live kept); else the top one. Taking the top one then would leave the owner
+-- fewer live levels than its count, and none at all when the only live one was the top (a hold its Client
+-- still believes in, which a writer would take). An undo takes the top one: the level of the attempt
+-- whose reply was lost.
 local left = release_shared_hold(KEYS[1], KEYS[3], owner, ARGV[3], ARGV[4], void, function(level)
-  redis.call('del', prefix .. owner .. ':rwlock_timeout:' .. level)
+  local top = prefix .. owner .. ':rwlock_timeout:' .. level
+  if ARGV[3] == '' then
+    for below = 1, level - 1 do
+      local key = prefix .. owner .. ':rwlock_timeout:' .. below
+      if redis.call('exists', key) == 0 then
+        if redis.call('exists', top) == 1 then
+          redis.call('rename', top, key)
+        end
+        return
+      end
+    end
+  end
+  redis.call('del', top)
 end)
 if left ~= 0 then
   return left
