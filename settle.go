@@ -148,7 +148,9 @@ func (w *holdTable) prepare(ctx context.Context, k holdKey) (int64, error) {
 			o := owed[0]
 			w.mu.Unlock()
 			if time.Since(o.at) <= undoMarkTTL {
-				if err := o.resend(ctx); err != nil {
+				// Any answer will do, a refusal too (the key holds another kind now: a late sending is
+				// refused as well); no answer fails the operation, which sent nothing else.
+				if err := o.resend(ctx); outcomeUnknown(err) || didNotRun(err) {
 					if ctx.Err() != nil {
 						return 0, ctx.Err()
 					}
