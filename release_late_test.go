@@ -120,15 +120,7 @@ func TestLateReleaseSendingChangesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(WithOwner(context.Background(), "owner"), 20*time.Second)
 	defer cancel()
 	r, direct := holdingBack(c)
-	kinds := []struct {
-		lock    func(name string) *RLock
-		release *script
-	}{
-		{func(name string) *RLock { return c.Lock(name) }, scriptRelease},
-		{func(name string) *RLock { return c.FairLock(name) }, scriptFairRelease},
-		{func(name string) *RLock { return c.ReadWriteLock(name).ReadLock() }, scriptRWReadRelease},
-		{func(name string) *RLock { return c.ReadWriteLock(name).WriteLock() }, scriptRWWriteRelease},
-	}
+	kinds := releaseKinds(c)
 	cases := []struct {
 		name    string
 		holds   int    // the owner's hold count before the Unlock
@@ -313,15 +305,7 @@ func TestReleaseNeverAnsweredIsVoidedByTheOwnersNextHold(t *testing.T) {
 	ctx, cancel := context.WithTimeout(WithOwner(context.Background(), "owner"), 20*time.Second)
 	defer cancel()
 	r, direct := holdingBack(c)
-	kinds := []struct {
-		lock    func(name string) *RLock
-		release *script
-	}{
-		{func(name string) *RLock { return c.Lock(name) }, scriptRelease},
-		{func(name string) *RLock { return c.FairLock(name) }, scriptFairRelease},
-		{func(name string) *RLock { return c.ReadWriteLock(name).ReadLock() }, scriptRWReadRelease},
-		{func(name string) *RLock { return c.ReadWriteLock(name).WriteLock() }, scriptRWWriteRelease},
-	}
+	kinds := releaseKinds(c)
 	for j, k := range kinds {
 		l := k.lock("unanswered-" + strconv.Itoa(j))
 		t.Run(l.kind.String(), func(t *testing.T) {
@@ -379,5 +363,21 @@ func TestReleaseNeverAnsweredIsVoidedByTheOwnersNextHold(t *testing.T) {
 				t.Fatalf("Unlock of the new hold: %v", err)
 			}
 		})
+	}
+}
+
+// releaseKind is a lock kind whose releases are made once whatever the order of their sendings: how to
+// make one of c's, and its release script.
+type releaseKind struct {
+	lock    func(name string) *RLock
+	release *script
+}
+
+func releaseKinds(c *Client) []releaseKind {
+	return []releaseKind{
+		{func(name string) *RLock { return c.Lock(name) }, scriptRelease},
+		{func(name string) *RLock { return c.FairLock(name) }, scriptFairRelease},
+		{func(name string) *RLock { return c.ReadWriteLock(name).ReadLock() }, scriptRWReadRelease},
+		{func(name string) *RLock { return c.ReadWriteLock(name).WriteLock() }, scriptRWWriteRelease},
 	}
 }
