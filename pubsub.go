@@ -66,6 +66,7 @@ type subscription struct {
 	gen       int
 	stop      context.CancelFunc
 	receiving bool
+	wanted    uint64 // counts the joins and listens that needed it (see loopCluster's lingering)
 }
 
 // subAttempt is one SUBSCRIBE that joiners wait for.
@@ -243,6 +244,7 @@ func (h *hub) await(ctx context.Context, att *subAttempt) error {
 // subscribed. (An attempt may be pending with nobody needing it, its hearers gone: marking s dirty makes
 // the loop send it now that somebody does.)
 func (h *hub) pendingLocked(s *subscription) *subAttempt {
+	s.wanted++
 	if s.subscribed {
 		return nil
 	}

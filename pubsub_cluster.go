@@ -3,25 +3,46 @@ package relock
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // loopCluster is the loop of a hub on Redis Cluster. Each channel has a receiver goroutine that holds its
-// subscription on rueidis's connection to a node, and subscribes again when it is lost. With sharded
-// pub/sub, releases are announced with SPUBLISH on the shard that owns the channel's slot: the receiver
-// holds an SSUBSCRIBE there (rueidis routes it by slot) and subscribes again, wherever the slot now is,
-// when the shard drops it (slot migration, failover, a broken connection). With plain pub/sub, PUBLISH is
-// broadcast to every node: the receiver holds a SUBSCRIBE on any node, and subscribes again, on any node
-// rueidis still knows, when that node fails or its connection breaks.
+// subscription on a connection of its own (see redisSubscriber.receive), and subscribes again when it is
+// lost. With sharded pub/sub, releases are announced with SPUBLISH on the shard that owns the channel's
+// slot: the receiver holds an SSUBSCRIBE there (rueidis routes it by slot) and subscribes again, wherever
+// the slot now is, when the shard drops it (slot migration, failover, a broken connection). With plain
+// pub/sub, PUBLISH is broadcast to every node: the receiver holds a SUBSCRIBE on any node, and subscribes
+// again, on any node rueidis still knows, when that node fails or its connection breaks.
+//
+// A receiver leaves by closing its connection, so a channel nobody needs any more lingers, subscribed, for
+// lingerFor: a hot lock's waiters come and go without a connection made for each.
 func (h *hub) loopCluster() {
 	var receivers sync.WaitGroup
 	defer receivers.Wait()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	// The channels nobody needs, still received: since when, and their wanted count then (a join since
+	// counts the time afresh).
+	type linger struct {
+		since  time.Time
+		wanted uint64
+	}
+	lingering := make(map[*subscription]linger)
 	for {
 		select {
 		case <-h.life.Done():
 			return
 		case <-h.kick:
+		case <-timer.C:
 		}
+		now := time.Now()
 		h.mu.Lock()
+		for s, l := range lingering {
+			if now.Sub(l.since) >= lingerFor {
+				h.dirty[s.channel] = s
+			}
+		}
 		for ch, s := range h.dirty {
 			delete(h.dirty, ch)
 			switch {
@@ -37,14 +58,31 @@ func (h *hub) loopCluster() {
 					defer receivers.Done()
 					h.receive(ctx, s, gen)
 				}(s.gen)
-			case !s.needed() && s.stop != nil:
-				s.stop() // the receiver unsubscribes, then removes the subscription
-				s.stop = nil
+			case s.needed():
+				delete(lingering, s) // needed again while it lingered
+			case s.stop != nil:
+				l, ok := lingering[s]
+				if !ok || l.wanted != s.wanted {
+					lingering[s] = linger{since: now, wanted: s.wanted}
+				} else if now.Sub(l.since) >= lingerFor {
+					delete(lingering, s)
+					s.stop() // the receiver leaves the subscription, then removes it
+					s.stop = nil
+				}
 			case s.idle() && !s.receiving:
 				h.dropLocked(s)
 			}
 		}
 		h.mu.Unlock()
+		var next time.Time
+		for _, l := range lingering {
+			if next.IsZero() || l.since.Before(next) {
+				next = l.since
+			}
+		}
+		if !next.IsZero() {
+			timer.Reset(max(time.Until(next.Add(lingerFor)), time.Millisecond))
+		}
 	}
 }
 
@@ -86,7 +124,7 @@ func (h *hub) receive(ctx context.Context, s *subscription, gen int) {
 }
 
 // receiveOnce subscribes to the channel of s, with SSUBSCRIBE or SUBSCRIBE as releases are announced, and
-// delivers its messages until the subscription is lost or ctx ends (then it unsubscribes). A successful
+// delivers its messages until the subscription is lost or ctx ends (then it leaves it). A successful
 // subscription resets retry.
 func (h *hub) receiveOnce(ctx context.Context, s *subscription, gen int, retry *backoff) error {
 	pctx, cancel := context.WithTimeout(ctx, subscribeTimeout)

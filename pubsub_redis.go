@@ -2,6 +2,7 @@ package relock
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/redis/rueidis"
@@ -17,7 +18,7 @@ type subscriber interface {
 
 	// receive holds a subscription to channel on a cluster node, SSUBSCRIBE on the shard of its slot when
 	// sharded, else SUBSCRIBE, and delivers its messages until the subscription is lost or ctx ends; then
-	// it unsubscribes and returns. confirmed runs on the reader, and must not block, when the node
+	// it leaves the subscription and returns (nil once ctx ended). confirmed runs on the reader, and must not block, when the node
 	// confirms the subscription.
 	receive(ctx context.Context, channel string, sharded bool, confirmed func(), onMessage func(channel, message string)) error
 }
@@ -38,30 +39,51 @@ func (s redisSubscriber) dedicate(onMessage func(channel, message string)) (subC
 	return c, c.lost
 }
 
+// receive holds the subscription on a dedicated connection of its own, on the node of the channel's slot
+// when sharded (else on any node: a cluster delivers every PUBLISH to every node's subscribers), and closes
+// the connection to leave: never UNSUBSCRIBE, for the reason rotatingConn gives.
 func (s redisSubscriber) receive(ctx context.Context, channel string, sharded bool, confirmed func(), onMessage func(channel, message string)) error {
-	sub, kind := s.rdb.B().Subscribe().Channel(channel).Build(), "subscribe"
+	conn, _ := s.rdb.Dedicate() // conn.Close releases it
+	defer conn.Close()
+	sub, kind := conn.B().Subscribe().Channel(channel).Build(), "subscribe"
 	if sharded {
-		sub, kind = s.rdb.B().Ssubscribe().Channel(channel).Build(), "ssubscribe"
+		sub, kind = conn.B().Ssubscribe().Channel(channel).Build(), "ssubscribe"
 	}
-	sctx := rueidis.WithOnSubscriptionHook(ctx, func(s rueidis.PubSubSubscription) {
-		if s.Kind == kind {
-			confirmed()
-		}
-	})
-	sctx = rueidis.WithOnReceiveReturnHook(sctx, func(err error, c rueidis.CommandClient) error {
-		if ctx.Err() != nil { // leaving: cancelling Receive does not unsubscribe by itself
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), subscribeTimeout)
-			unsub := c.B().Unsubscribe().Channel(channel).Build()
-			if sharded {
-				unsub = c.B().Sunsubscribe().Channel(channel).Build()
+	dropped := make(chan struct{}) // the node ended the subscription (a sharded one, when its slot moves)
+	var once sync.Once
+	gone := conn.SetPubSubHooks(rueidis.PubSubHooks{
+		OnMessage: func(m rueidis.PubSubMessage) { onMessage(m.Channel, m.Message) },
+		OnSubscription: func(sub rueidis.PubSubSubscription) {
+			switch sub.Kind {
+			case kind:
+				confirmed()
+			case "unsubscribe", "sunsubscribe":
+				once.Do(func() { close(dropped) })
 			}
-			_ = c.Do(uctx, unsub).Error()
-			cancel()
+		},
+	})
+	if err := conn.Do(ctx, sub).Error(); err != nil {
+		if ctx.Err() != nil {
+			return nil
 		}
 		return err
-	})
-	return s.rdb.Receive(sctx, sub, func(m rueidis.PubSubMessage) { onMessage(m.Channel, m.Message) })
+	}
+	select {
+	case err := <-gone:
+		if err == nil {
+			err = errSubscriptionLost
+		}
+		return err
+	case <-dropped:
+		return errSubscriptionLost
+	case <-ctx.Done():
+		return nil
+	}
 }
+
+// errSubscriptionLost is receive's error when its connection went, or its node ended the subscription: the
+// hub subscribes again (a transient failure, see transient).
+var errSubscriptionLost = errors.New("relock: subscription lost")
 
 // rotatingConn carries the hub's subscriptions on a rueidis dedicated connection, and never sends
 // UNSUBSCRIBE: to drop channels it subscribes the others on a new connection, then closes the old one (and

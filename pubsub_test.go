@@ -418,12 +418,29 @@ func TestHubClusterOneReceiverPerChannel(t *testing.T) {
 				if r.count(unsub, "a") != 0 {
 					t.Fatalf("%s a while a waiter is left: %q", unsub, r.commands())
 				}
+				// The last waiter leaves: the channel lingers, subscribed, and a join meanwhile uses it.
 				h.leave(ws[0])
 				synctest.Wait()
-				if r.count(unsub, "a") != 1 || r.subscribed("a") != 0 || !slices.Equal(h.channels(), []string{"b"}) {
-					t.Fatalf("after a's last waiter left: %q, a subscribed %d times, kept %q", r.commands(), r.subscribed("a"), h.channels())
+				if r.count(unsub, "a") != 0 || r.subscribed("a") != 1 {
+					t.Fatalf("right after a's last waiter left: %q; want a lingering", r.commands())
 				}
+				time.Sleep(lingerFor / 2)
 				w := mustJoin(t, h, "a")
+				if r.count(sub, "a") != 1 {
+					t.Fatalf("a join while a lingered: %q, want no new %s a", r.commands(), sub)
+				}
+				h.leave(w)
+				time.Sleep(lingerFor - time.Millisecond)
+				synctest.Wait()
+				if r.count(unsub, "a") != 0 {
+					t.Fatalf("a left before lingering lingerFor since its last waiter: %q", r.commands())
+				}
+				time.Sleep(2 * time.Millisecond)
+				synctest.Wait()
+				if r.count(unsub, "a") != 1 || r.subscribed("a") != 0 || !slices.Equal(h.channels(), []string{"b"}) {
+					t.Fatalf("lingerFor after a's last waiter left: %q, a subscribed %d times, kept %q", r.commands(), r.subscribed("a"), h.channels())
+				}
+				w = mustJoin(t, h, "a")
 				if r.count(sub, "a") != 2 || r.subscribed("a") != 1 {
 					t.Fatalf("a join after the receiver ended: %q, want a fresh %s a", r.commands(), sub)
 				}
