@@ -250,12 +250,20 @@ func (s *sched) leftOf(cs []*relock.Client) []string {
 			}
 		}
 	})
+	// A permit whose lease ran out is free, though its entry stays until the next acquisition or release
+	// clears it (as Redisson's do): only those whose expiry is still ahead are left.
+	var now float64
+	if t, err := s.e.do(0, "TIME").AsStrSlice(); err == nil && len(t) == 2 {
+		sec, _ := strconv.ParseFloat(t[0], 64)
+		usec, _ := strconv.ParseFloat(t[1], 64)
+		now = sec*1000 + usec/1000
+	}
 	for _, id := range permits {
 		raw, err := hex.DecodeString(id)
 		if err != nil {
 			continue
 		}
-		if _, err := s.e.do(0, "ZSCORE", "{"+s.name+"}:timeout", string(raw)).AsFloat64(); err == nil {
+		if expiry, err := s.e.do(0, "ZSCORE", "{"+s.name+"}:timeout", string(raw)).AsFloat64(); err == nil && expiry > now {
 			left = append(left, fmt.Sprintf("{%s}:timeout permit %s", s.name, id))
 		}
 	}
