@@ -58,7 +58,10 @@ type gate struct {
 	queue  []*gateWaiter // the others, in order of arrival
 	open   bool          // the head's attempts fail: acquisitions do not queue (see trouble)
 	claims int           // handoffs on their way to its waiters (claimed or abandoned)
-	first  gateWaiter    // the first entrant's waiter, in the gate's allocation
+	// answered is when the last attempt of a head that Redis answered was sent: the waiters queued before
+	// it were waiting while Redis answered (see trouble).
+	answered time.Time
+	first    gateWaiter // the first entrant's waiter, in the gate's allocation
 }
 
 // gateWaiter is one acquisition in a gate.
@@ -72,6 +75,8 @@ type gateWaiter struct {
 	// hub is the head's place among the hub's waiters for the lock's releases, once it joined or got the
 	// place of the head before it (see exit).
 	hub *waiter
+	// queuedAt is when it joined the queue (zero for one that entered as the head): see trouble.
+	queuedAt time.Time
 }
 
 // handoff is what a release told the waiter it tried to hand the lock to: handed (with the hold's fencing
@@ -152,7 +157,7 @@ func (gs *gates) join(name string, t handoffTarget) (e *gateWaiter, queued bool)
 		g.head = e
 		return e, false
 	}
-	e = &gateWaiter{g: g, name: name, turn: make(chan struct{}), outcome: make(chan handoff, 1), target: t}
+	e = &gateWaiter{g: g, name: name, turn: make(chan struct{}), outcome: make(chan handoff, 1), target: t, queuedAt: time.Now()}
 	g.queue = append(g.queue, e)
 	gs.queued.Add(1)
 	if t.lock != nil && t.lock.c.holds.held(holdKey{key: name, field: t.field}) {
@@ -336,11 +341,22 @@ func (gs *gates) heard(e *gateWaiter, h handoff) {
 // errWaitOver is attempting's error when the acquisition's wait ran out: it returns false, with no error.
 var errWaitOver = errors.New("relock: the wait ran out")
 
+// answered is told by the head e that Redis answered its attempt sent at sent (see trouble).
+func (gs *gates) answered(e *gateWaiter, sent time.Time) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if g := e.g; g.head == e && sent.After(g.answered) {
+		g.answered = sent
+	}
+}
+
 // trouble is called by the head when an attempt failed with an error: the gate opens, and its waiters try
 // for themselves, as do the acquisitions that come while the head is in the gate. A gate queues waiters
 // of a lock that is taken, not of a Redis that does not answer. When the head was waiting already (its
-// attempt was not its first), so do its waiters: they ride out a short outage as waiters do; else each
-// makes a first attempt, which reports its own error at once.
+// attempt was not its first), so do the waiters that queued before an attempt Redis answered was sent:
+// they were waiting while Redis answered, and ride out a short outage as waiters do. Every other waiter
+// makes a first attempt, which reports its own error at once: a call made while Redis does not answer
+// fails, as it would with no gate.
 func (gs *gates) trouble(e *gateWaiter, waiting bool) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
@@ -349,12 +365,12 @@ func (gs *gates) trouble(e *gateWaiter, waiting bool) {
 		return
 	}
 	g.open = true
-	ev := gTrouble
-	if waiting {
-		ev = gTroubleRiding
-	}
 	for _, x := range copyQueue(g.queue) {
 		if x.phase == wQueued {
+			ev := gTrouble
+			if waiting && x.queuedAt.Before(g.answered) {
+				ev = gTroubleRiding
+			}
 			gs.stepLocked(x, ev)
 		}
 	}

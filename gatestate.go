@@ -12,7 +12,8 @@ import "github.com/relock-go/relock/internal/invariant"
 //	abandoned   claimed, and it gave up meanwhile: the release undoes the hold it may have handed
 //	freed       let go without a turn (the head's attempts fail, or its owner holds the lock): it acquires
 //	            on its own, as if there were no gate, from its first attempt
-//	riding      freed while the head was waiting already: it acquires as a waiter (it rides out an outage)
+//	riding      freed while the head was waiting already, having queued before an attempt Redis answered:
+//	            it acquires as a waiter (it rides out an outage)
 //	handed      a release handed it the lock: its hold is to be recorded
 //	left        out of the gate: its turn as head is over, or it gave up
 //

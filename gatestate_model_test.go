@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relock-go/relock/internal/invariant"
 )
@@ -27,12 +28,13 @@ type gmWaiter struct {
 
 // gmGate is the gate as the model sees it.
 type gmGate struct {
-	exists bool
-	open   bool
-	head   *gmWaiter
-	queue  []*gmWaiter
-	claims int
-	all    []*gmWaiter
+	answered time.Time // the send time of the last attempt Redis answered
+	exists   bool
+	open     bool
+	head     *gmWaiter
+	queue    []*gmWaiter
+	claims   int
+	all      []*gmWaiter
 }
 
 func (m *gmGate) dequeue(w *gmWaiter) {
@@ -55,7 +57,7 @@ func (m *gmGate) promote() {
 
 func (m *gmGate) forget() {
 	if m.head == nil && len(m.queue) == 0 && m.claims == 0 {
-		m.exists, m.open = false, false
+		m.exists, m.open, m.answered = false, false, time.Time{}
 	}
 }
 
@@ -225,13 +227,26 @@ func TestGateAgainstModel(t *testing.T) {
 			case 7: // the head's attempt failed
 				if w := m.head; w != nil && w.phase == wAttempting {
 					riding := r.IntN(2) == 0
+					// The last attempt Redis answered was sent after every waiter queued, or as one of them
+					// queued: that one and those after it were not waiting while Redis answered, and try for
+					// themselves.
+					if len(m.queue) > 0 && r.IntN(2) == 0 {
+						sent := time.Now()
+						if r.IntN(2) == 0 {
+							sent = m.queue[r.IntN(len(m.queue))].e.queuedAt
+						}
+						gs.answered(w.e, sent)
+						if sent.After(m.answered) {
+							m.answered = sent
+						}
+					}
 					step(fmt.Sprintf("trouble (riding %v)", riding))
 					gs.trouble(w.e, riding)
 					m.open = true
 					for _, x := range slices.Clone(m.queue) {
 						if x.phase == wQueued {
 							x.phase = wFreed
-							if riding {
+							if riding && x.e.queuedAt.Before(m.answered) {
 								x.phase = wRiding
 							}
 							m.dequeue(x)

@@ -819,3 +819,64 @@ func TestCallDuringALateDialReturnsAtItsDeadline(t *testing.T) {
 		t.Fatalf("a call with a 100 ms context during a stalled dial = %v, want context.DeadlineExceeded", err)
 	}
 }
+
+// A call made while Redis refuses connections fails at once, also when it queues behind a waiter of its
+// Client for the same lock (see gates): that waiter, which was waiting while Redis answered, rides the
+// outage out; the new call was never answered, and is not made to wait with it. Before, every waiter
+// queued when the head's attempt failed rode the outage out, up to its deadline.
+func TestGateWaiterCalledDuringAnOutageFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := startProxy(t, srv)
+	c, holder := clientAt(t, p.Addr, nil), newClient(t, srv, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const name = "outage-gate"
+	if err := holder.Lock(name).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	actx, stopA := context.WithCancel(relock.WithOwner(ctx, "a"))
+	defer stopA()
+	aDone := make(chan error, 1)
+	go func() { aDone <- c.Lock(name).Lock(actx) }() // the gate's head, waiting while Redis answers
+	time.Sleep(300 * time.Millisecond)
+	// The link stalls (nothing notices), b queues behind a, then Redis refuses connections.
+	p.Stall(faultnet.Upstream, true)
+	p.Stall(faultnet.Downstream, true)
+	bctx, cancel := context.WithTimeout(relock.WithOwner(ctx, "b"), 3*time.Second)
+	defer cancel()
+	bDone := make(chan error, 1)
+	go func() { bDone <- c.Lock(name).Lock(bctx) }()
+	time.Sleep(200 * time.Millisecond)
+	if err := p.Down(); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	select {
+	case err := <-bDone:
+		if !errors.Is(err, relock.ErrUnavailable) {
+			t.Fatalf("b's Lock = %v; want ErrUnavailable", err)
+		}
+		t.Logf("b's Lock failed %v after Redis refused connections", time.Since(down).Round(time.Millisecond))
+	case <-time.After(time.Second):
+		t.Fatal("b's Lock, made during the outage, still waits 1 s after Redis refused connections")
+	}
+	select {
+	case err := <-aDone:
+		t.Fatalf("a's Lock, waiting since before the outage, returned %v at once; want it to ride the outage out", err)
+	default:
+	}
+	p.Stall(faultnet.Upstream, false)
+	p.Stall(faultnet.Downstream, false)
+	if err := p.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Lock(name).Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-aDone; err != nil {
+		t.Fatalf("a's Lock once Redis answered again: %v", err)
+	}
+	if err := c.Lock(name).Unlock(relock.WithOwner(ctx, "a")); err != nil {
+		t.Fatal(err)
+	}
+}

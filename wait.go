@@ -115,9 +115,14 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 		// it listens, then makes its first attempt as a waiter (and rides out a short outage as one).
 		var ok bool
 		var err error
+		sent := time.Now()
 		ok, firstTTL, named, err = try(ctx)
-		if err != nil && e != nil {
-			c.gates.trouble(e, false)
+		if e != nil {
+			if err != nil {
+				c.gates.trouble(e, false)
+			} else {
+				c.gates.answered(e, sent)
+			}
 		}
 		if ok || err != nil || op.wait == 0 {
 			return ok, err
@@ -180,10 +185,14 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 		}
 		if attempt {
 			w.attempting()
+			sent := time.Now()
 			ok, holderTTL, named, err := try(ctx)
 			ttl = holderTTL
 			if err == nil {
 				c.hub.answered(w, ok)
+				if e != nil {
+					c.gates.answered(e, sent)
+				}
 			}
 			if ok {
 				return true, nil
