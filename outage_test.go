@@ -880,3 +880,47 @@ func TestGateWaiterCalledDuringAnOutageFailsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An owner's next call fails at once while Redis refuses connections, also when it finds two of the owner's
+// releases completing in the background, the second waiting for the first: the first's failed attempts
+// are the second's too. Before, the call waited for the second's failures, which never came while it
+// waited for the first, up to the call's deadline.
+func TestNextCallDoesNotWaitBehindChainedBackgroundReleases(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := startProxy(t, srv)
+	c := clientAt(t, p.Addr, nil)
+	ctx := ctxTimeout(t, 30*time.Second)
+	owner := relock.WithOwner(ctx, "o")
+	l := c.Lock("chained-releases")
+	for range 2 {
+		if err := l.Lock(owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Down(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(owner); !errors.Is(err, relock.ErrUnavailable) { // completed in the background
+		t.Fatalf("Unlock while Redis refuses connections = %v; want ErrUnavailable", err)
+	}
+	ended, end := context.WithCancel(owner)
+	end()
+	if err := l.Unlock(ended); err == nil { // in the background too, after the first
+		t.Fatal("Unlock with an ended ctx returned nil")
+	}
+	call, cancel := context.WithTimeout(owner, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := l.Lock(call)
+	if took := time.Since(start); !errors.Is(err, relock.ErrUnavailable) || took > time.Second {
+		t.Fatalf("Lock while Redis refuses connections = %v after %v; want ErrUnavailable at once", err, took.Round(time.Millisecond))
+	}
+	if err := p.Up(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the owner locks once Redis answers", func() bool { return l.Lock(owner) == nil })
+	if err := l.Unlock(owner); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -22,7 +22,8 @@ import (
 // outcome (releaseInBackground), the give-up of a hold the watchdog ended while Redis may have it, a wait
 // queue entry's leave. Its life:
 //
-//	running --failed(err)--> running   the operations waiting for it are told (prepare fails with errSettling)
+//	running --failed(err)--> running   the operations waiting for it, or for a later settling of its key,
+//	                                   are told (prepare fails with errSettling)
 //	running --done(count)--> done      the owner's hold, if any, takes the count Redis answered (< 0: unknown)
 //	running --owe(resend)--> done      no sending was answered: one may still reach Redis, late (see owe)
 //
@@ -54,7 +55,8 @@ func (w *holdTable) beginSettlingLocked(k holdKey) *settling {
 }
 
 // failing notes that an attempt of the settling failed with err (nil: it did not fail), and tells the
-// operations waiting for it (see prepare).
+// operations waiting for it or for a later settling of its key (see prepare): a later one may be waiting
+// for it before it makes an attempt of its own (releaseInBackground), and its failures are theirs.
 func (s *settling) failing(err error) {
 	if err == nil {
 		return
@@ -69,9 +71,11 @@ func (s *settling) failingLocked(err error) {
 	if s.over {
 		return
 	}
-	s.fails.err = err
-	close(s.fails.done)
-	s.fails = newFailure()
+	for _, x := range s.w.settlings[s.key] {
+		x.fails.err = err
+		close(x.fails.done)
+		x.fails = newFailure()
+	}
 }
 
 // done ends the settling, given the hold count then known for its key (< 0: unknown). When no other
