@@ -1,6 +1,10 @@
 package relock
 
-import "github.com/relock-go/relock/internal/invariant"
+import (
+	"time"
+
+	"github.com/relock-go/relock/internal/invariant"
+)
 
 // The life of a gate waiter (see gates): one machine, whose phase only gates.stepLocked changes, under
 // gates.mu.
@@ -166,6 +170,41 @@ func (gs *gates) checkGateLocked(g *gate, e *gateWaiter, ev gateEv) {
 		fail("a final waiter is the head")
 	case gs.queued.Load() < int64(len(g.queue)):
 		fail("the count of queued waiters is behind this gate's queue")
+	}
+}
+
+// answered is told by the head e that Redis answered its attempt sent at sent (see trouble).
+func (gs *gates) answered(e *gateWaiter, sent time.Time) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if g := e.g; g.head == e && sent.After(g.answered) {
+		g.answered = sent
+	}
+}
+
+// trouble is called by the head when an attempt failed with an error: the gate opens, and its waiters try
+// for themselves, as do the acquisitions that come while the head is in the gate. A gate queues waiters
+// of a lock that is taken, not of a Redis that does not answer. When the head was waiting already (its
+// attempt was not its first), so do the waiters that queued before an attempt Redis answered was sent:
+// they were waiting while Redis answered, and ride out a short outage as waiters do. Every other waiter
+// makes a first attempt, which reports its own error at once: a call made while Redis does not answer
+// fails, as it would with no gate.
+func (gs *gates) trouble(e *gateWaiter, waiting bool) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	g := e.g
+	if g.head != e {
+		return
+	}
+	g.open = true
+	for _, x := range copyQueue(g.queue) {
+		if x.phase == wQueued {
+			ev := gTrouble
+			if waiting && x.queuedAt.Before(g.answered) {
+				ev = gTroubleRiding
+			}
+			gs.stepLocked(x, ev)
+		}
 	}
 }
 
