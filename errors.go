@@ -100,8 +100,10 @@ var ErrNoLease = errors.New("relock: the hold has no lease (the watchdog keeps i
 var (
 	errHoldGone     = fmt.Errorf("%w: the hold is gone from Redis", ErrLockLost)
 	errRenewTimeout = fmt.Errorf("%w: not renewed before it expired", ErrLockLost)
-	errLeaseExpired = fmt.Errorf("%w: its lease ran out", ErrLockLost)
-	errClientClosed = errorf("%w: %w", ErrLockLost, ErrClosed) // a Client that stopped without giving its holds up
+	// errRenewUnanswered is a renewal's failure when no error says more (see hold.renewErr).
+	errRenewUnanswered = errors.New("relock: the renewal got no answer")
+	errLeaseExpired    = fmt.Errorf("%w: its lease ran out", ErrLockLost)
+	errClientClosed    = errorf("%w: %w", ErrLockLost, ErrClosed) // a Client that stopped without giving its holds up
 )
 
 // errGivenUp is the cause of a hold's context when Close gave the hold up: its Client released it, as its

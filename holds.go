@@ -79,12 +79,12 @@ type hold struct {
 	cancel  context.CancelCauseFunc
 	derived map[context.Context]derived
 	span    trace.Span // "relock.hold", from the first acquisition to the release or loss
-	// renewFailed is set when a renewal gets no answer, and cleared by the next renewal or acquisition that
-	// extends the hold; confirmed is when the latest of those was sent: the failure of a renewal sent
-	// before it is old news. The hold is at risk while renewFailed is set or its expiry has passed (see
-	// riskLocked, risk.go).
-	renewFailed bool
-	confirmed   time.Time
+	// renewErr is the error of a renewal that got no answer, kept until the next renewal or acquisition
+	// that extends the hold; confirmed is when the latest of those was sent: the failure of a renewal sent
+	// before it is old news. The hold is at risk while renewErr is set or its expiry has passed (see
+	// riskLocked, risk.go); lost at its expiry, its cause says why (renewTimeout).
+	renewErr  error
+	confirmed time.Time
 	// atRisk is riskLocked's value when last worked out; riskChanged, made by the first HoldRisk call after
 	// a change, is closed at the next change of it or at the hold's end. riskTimer works it out again when
 	// the expiry passes, which no event of the hold marks, while someone waits on riskChanged.
@@ -320,8 +320,21 @@ type holdEvent struct {
 	n      int64         // evReleased: the count left; evSettled: the count (< 0: unknown); evRenewOtherKind: the code
 	sentAt time.Time     // evRenewed, evRenewUnanswered, evExtended: when the renewal was sent
 	ttl    time.Duration // evRenewed, evExtended: the time to live it gave (0: the watchdog timeout)
-	cause  error         // evShut
+	cause  error         // evShut; evRenewUnanswered: the renewal's error
 	now    time.Time
+}
+
+// renewTimeout is the cause of a hold lost at its expiry for want of a renewal: errRenewTimeout, and the
+// error of the last renewal that got no answer, when there was one (matching ErrUnavailable when Redis
+// could not be reached), so that the loss says why.
+func renewTimeout(last error) error {
+	if last == nil {
+		return errRenewTimeout
+	}
+	if transient(last) {
+		last = unavailable(last)
+	}
+	return errorf("%w (the last renewal: %w)", errRenewTimeout, last)
 }
 
 // errRetaken ends a hold that Redis had lost when its owner acquired the lock again: Redis made a new

@@ -198,8 +198,9 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 			out.add(w.endLocked(h, errLeaseExpired))
 		case !h.expiresAt.After(ev.now):
 			// Past its expiry: it could not be renewed in time (this process was stopped, or starved of
-			// CPU). Redis has dropped it, and the holder must hear so at once, not after a round trip.
-			w.endGivingUpLocked(h, errRenewTimeout, ev.now, out)
+			// CPU, or Redis did not answer). Redis has dropped it, and the holder must hear so at once, not
+			// after a round trip.
+			w.endGivingUpLocked(h, renewTimeout(h.renewErr), ev.now, out)
 		default:
 			h.renewing = renewSent
 		}
@@ -241,11 +242,15 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 		case !h.renewed() && !ev.now.Before(h.expiresAt):
 			out.add(w.endLocked(h, errLeaseExpired))
 		case w.closed || !ev.now.Before(h.expiresAt):
-			w.endGivingUpLocked(h, errRenewTimeout, ev.now, out)
+			w.endGivingUpLocked(h, renewTimeout(ev.cause), ev.now, out)
 		default:
 			// No answer: not a loss until the hold's expiry. Try again soon.
 			if h.renewed() && !ev.sentAt.Before(h.confirmed) {
-				h.renewFailed = true // not older than the latest renewal or acquisition that extended it
+				// Not older than the latest renewal or acquisition that extended it.
+				h.renewErr = ev.cause
+				if h.renewErr == nil {
+					h.renewErr = errRenewUnanswered
+				}
 			}
 			h.next = ev.now.Add(min(w.retryDelay(), h.expiresAt.Sub(ev.now)))
 			w.queueLocked(h)

@@ -23,7 +23,8 @@ var _ Locker = (*RLock)(nil)
 // fn gets l's HoldContext: it is cancelled, with a cause matching ErrLockLost, if the lock is lost while fn
 // runs, and fn should stop then, since another owner may already hold the lock. Do returns fn's error, joined
 // (errors.Join) with that cause when the lock was lost, so errors.Is(err, ErrLockLost) tells the caller that
-// fn's work may have overlapped another holder's; otherwise joined with the error of the release, if any.
+// fn's work may have overlapped another holder's (fn's error alone when it is, or wraps, that cause, as
+// context.Cause(ctx) returns it); otherwise joined with the error of the release, if any.
 // The release uses context.WithoutCancel(ctx), so that Do learns its outcome even when ctx ended while fn
 // ran (an Unlock with an ended ctx would release too, but could not report how it went).
 func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) error {
@@ -42,8 +43,11 @@ func Do(ctx context.Context, l Locker, fn func(ctx context.Context) error) error
 		lost = cause
 	}
 	unlockErr := l.Unlock(unlockCtx)
-	if lost != nil {
-		return errors.Join(fnErr, lost) // the Unlock could only report ErrNotHeld
+	if lost != nil { // the Unlock could only report ErrNotHeld
+		if errors.Is(fnErr, lost) {
+			return fnErr // fn returned the cause (context.Cause), or wrapped it: once is enough
+		}
+		return errors.Join(fnErr, lost)
 	}
 	return errors.Join(fnErr, unlockErr)
 }

@@ -924,3 +924,34 @@ func TestNextCallDoesNotWaitBehindChainedBackgroundReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A hold lost because Redis stopped answering says so: its cause matches ErrLockLost and ErrUnavailable,
+// and names the last renewal's error, so that a service without a Logger learns why from the cause alone.
+func TestLossForWantOfRenewalSaysWhy(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := startProxy(t, srv)
+	c := clientAt(t, p.Addr, fastWatchdog)
+	ctx := ctxTimeout(t, 20*time.Second)
+	l := c.Lock("loss-says-why")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := l.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Down(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hold.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hold outlived its expiry while Redis refused connections")
+	}
+	cause := context.Cause(hold)
+	if !errors.Is(cause, relock.ErrLockLost) || !errors.Is(cause, relock.ErrUnavailable) || !strings.Contains(cause.Error(), "connection refused") {
+		t.Fatalf("cause = %q; want a loss that matches ErrUnavailable and names the renewal's error", cause)
+	}
+	t.Logf("cause: %v", cause)
+}

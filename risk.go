@@ -55,13 +55,13 @@ type holdRef struct {
 // riskLocked reports whether h is at risk at now, from what the Client knows of it: the last renewal got
 // no answer, or the expiry it knows has passed.
 func (h *hold) riskLocked(now time.Time) bool {
-	return h.renewFailed || !now.Before(h.expiresAt)
+	return h.renewErr != nil || !now.Before(h.expiresAt)
 }
 
 // confirmedLocked records that a renewal or acquisition sent at sentAt extended h: a renewal's failure
 // before it is over.
 func (h *hold) confirmedLocked(sentAt time.Time) {
-	h.renewFailed = false
+	h.renewErr = nil
 	if sentAt.After(h.confirmed) {
 		h.confirmed = sentAt
 	}

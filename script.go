@@ -158,16 +158,24 @@ func (c *Client) execGuarded(ctx context.Context, k command) rueidis.RedisResult
 	return withinDeadline(ctx, func() rueidis.RedisResult { return c.send(ctx, k) }, rueidis.NewErrorResult)
 }
 
-// send sends k, and sends it once more if it failed only because the connection it waited for could not
-// be made under another call's context (errNotConnected): it was never sent, and its own context allows
-// more. One caller's context then costs the others nothing but the wait.
+// send sends k, and sends it again, up to notConnectedTries times in all, while it failed only because
+// the connection it waited for could not be made under another call's context (errNotConnected): it was
+// never sent, and its own context allows more. One caller's context then costs the others nothing but the
+// wait, also when many calls that end at once share the dials.
 func (c *Client) send(ctx context.Context, k command) rueidis.RedisResult {
 	r := c.classify(ctx, k.send(ctx, c.rdb))
-	if errors.Is(r.NonRedisError(), errNotConnected) && ctx.Err() == nil {
+	for range notConnectedTries - 1 {
+		if !errors.Is(r.NonRedisError(), errNotConnected) || ctx.Err() != nil {
+			break
+		}
 		r = c.classify(ctx, k.send(ctx, c.rdb))
 	}
 	return r
 }
+
+// notConnectedTries is how many times a call is sent while the connection it waits for is dialled under
+// other calls' contexts that end (see send).
+const notConnectedTries = 3
 
 // wrappedReadBound bounds a read on a rueidis client given to Wrap, which may retry it until its context
 // ends while Redis is unreachable (see exec).
@@ -282,7 +290,7 @@ func (r rueidisRunner) runBatch(ctx context.Context, calls []scriptCall) ([][]in
 func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, replicas int64, timeout time.Duration) (resp rueidis.RedisResult, acked int64, refused, err error) {
 	send := func() []rueidis.RedisResult {
 		var resps []rueidis.RedisResult
-		for range 2 { // once more after errNotConnected, as Client.send
+		for range notConnectedTries { // again after errNotConnected, as Client.send
 			wait := c.rdb.B().Wait().Numreplicas(replicas).Timeout(max(timeout.Milliseconds(), 1)).Build()
 			resps = c.rdb.DoMulti(ctx, c.rdb.B().Evalsha().Sha1(s.sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), wait)
 			if err, ok := rueidis.IsRedisErr(resps[0].Error()); ok && err.IsNoScript() {

@@ -271,7 +271,7 @@ func (w *holdTable) applyRenewals(due []*hold, jobs []renewal, results []int64, 
 				gone++
 			}
 		default: // no answer
-			ev.ev = evRenewUnanswered
+			ev.ev, ev.cause = evRenewUnanswered, err
 			if h.renewed() {
 				failed++
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -404,6 +405,26 @@ func TestDoReportsLoss(t *testing.T) {
 	boom := errors.New("boom")
 	if err := relock.Do(ctx, c.Lock("do"), func(context.Context) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("Do = %v, want fn's error", err)
+	}
+}
+
+// fn returning its context's cause, as the README's pattern does, gets that cause from Do once, not twice.
+func TestDoReportsALossOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, fastWatchdog)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 10*time.Second)
+	err := relock.Do(ctx, c.Lock("do-once"), func(ctx context.Context) error {
+		do(t, rdb, "DEL", "do-once")
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, relock.ErrLockLost) {
+		t.Fatalf("Do after a loss = %v, want ErrLockLost", err)
+	}
+	if n := strings.Count(err.Error(), "lock lost"); n != 1 {
+		t.Fatalf("Do after a loss = %q: the cause %d times, want once", err, n)
 	}
 }
 
