@@ -26,7 +26,10 @@ func (c *Client) ownerError(err error, detail, field string, others []string) er
 	b.WriteString(" (")
 	b.WriteString(c.ownerName(field))
 	b.WriteString(" of this Client")
-	if len(others) > 0 {
+	if len(others) == 0 {
+		// Free, or another Client's: what a mix-up of this Client's owners would cause, it is not.
+		b.WriteString("; no owner of this Client holds it")
+	} else {
 		b.WriteString("; held instead by ")
 		for i, o := range others {
 			if i > 0 {
@@ -41,9 +44,10 @@ func (c *Client) ownerError(err error, detail, field string, others []string) er
 	}
 	b.WriteByte(')')
 	switch {
+	case len(others) == 0:
 	case isGoroutineToken(c.token(field)):
 		b.WriteString(": the default owner is the calling goroutine; use WithOwner to lock and unlock from different goroutines")
-	case len(others) > 0:
+	default:
 		b.WriteString(": lock and unlock with the same WithOwner token")
 	}
 	return fmt.Errorf("%w%s", err, b.String())
