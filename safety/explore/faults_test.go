@@ -220,6 +220,9 @@ func (s *sched) leftOf(cs []*relock.Client) []string {
 			if strings.HasPrefix(key, "relock_undone:") { // marks of undone attempts, not holds: they live for the hold's TTL
 				continue
 			}
+			if strings.HasPrefix(key, "relock_release_void:") { // a repeated release's void marks, not holds: they live 2 s (see clean)
+				continue
+			}
 			if strings.Contains(key, id) {
 				left = append(left, key)
 				continue
