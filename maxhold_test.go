@@ -298,7 +298,10 @@ func TestMaxHoldEndsInRedisBudgetAfterTheGrant(t *testing.T) {
 				t.Fatalf("the key was in Redis %v after Lock returned (%v after Lock began); want gone within the budget, %v, of the grant",
 					lastSeen.Sub(granted), lastSeen.Sub(begun), budget)
 			}
-			if lastSeen.Sub(granted) <= first+2*time.Millisecond {
+			// That the later command extended the key: the watchdog's case saw it in the key's PTTL above (the
+			// budget caps that extension at a few tens of ms, which a poller delayed on a loaded machine can
+			// miss); the others are seen by the polls.
+			if !strings.HasSuffix(how, "watchdog") && lastSeen.Sub(granted) <= first+2*time.Millisecond {
 				t.Fatalf("the key was last seen %v after Lock returned: the later command did not extend it", lastSeen.Sub(granted))
 			}
 		})
