@@ -160,14 +160,7 @@ func TestLateReleaseSendingChangesNothing(t *testing.T) {
 				}
 				field := l.spec.field(owner)
 				const want = "1" // in every case, the owner holds one level when the late sendings arrive
-				count := func() string {
-					t.Helper()
-					n, err := c.rdb.Do(ctx, c.rdb.B().Hget().Key(l.name).Field(field).Build()).ToString()
-					if err != nil && !rueidis.IsRedisNil(err) {
-						t.Fatal(err)
-					}
-					return n
-				}
+				count := func() string { return holdCount(t, ctx, c, l, field) }
 				for range tc.holds {
 					if err := l.Lock(ctx); err != nil {
 						t.Fatal(err)
@@ -314,14 +307,7 @@ func TestReleaseNeverAnsweredIsVoidedByTheOwnersNextHold(t *testing.T) {
 				t.Fatal(err)
 			}
 			field := l.spec.field(owner)
-			count := func() string {
-				t.Helper()
-				n, err := c.rdb.Do(ctx, c.rdb.B().Hget().Key(l.name).Field(field).Build()).ToString()
-				if err != nil && !rueidis.IsRedisNil(err) {
-					t.Fatal(err)
-				}
-				return n
-			}
+			count := func() string { return holdCount(t, ctx, c, l, field) }
 			const lease = 400 * time.Millisecond
 			if ok, err := l.TryLock(ctx, 0, lease); !ok || err != nil {
 				t.Fatalf("TryLock = %v, %v", ok, err)
@@ -384,4 +370,14 @@ func releaseKinds(c *Client) []releaseKind {
 		{func(name string) *RLock { return c.ReadWriteLock(name).ReadLock() }, scriptRWReadRelease},
 		{func(name string) *RLock { return c.ReadWriteLock(name).WriteLock() }, scriptRWWriteRelease},
 	}
+}
+
+// holdCount is the owner field's hold count in the lock's hash, as Redis has it ("" when none).
+func holdCount(t *testing.T, ctx context.Context, c *Client, l *RLock, field string) string {
+	t.Helper()
+	n, err := c.rdb.Do(ctx, c.rdb.B().Hget().Key(l.name).Field(field).Build()).ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		t.Fatal(err)
+	}
+	return n
 }
