@@ -58,8 +58,12 @@ type Options struct {
 
 	// Logger, when set, gets a Warn record each time the watchdog could not renew a hold (the hold is at
 	// risk: see HoldRisk) and an Error record when a hold is lost, each with the lock's name and kind
-	// ("lock", "kind"), the owner's field ("owner") and the error or cause ("error"). Nil means no logging,
-	// at no cost on any path.
+	// ("lock", "kind"), the owner's field ("owner") and the error or cause ("error"). Nil means
+	// slog.Default(), as it is when a record is written, so that an outage is never silent: a service
+	// that configures slog (slog.SetDefault, before or after New) sees these records where it sees its
+	// own, and one that does not sees them on stderr through the log package. To turn them off, give a
+	// Logger that discards them: slog.New(slog.DiscardHandler). Nothing is logged, and nothing is spent,
+	// while Redis answers.
 	Logger *slog.Logger
 
 	// ShardedPubSub chooses sharded (SPUBLISH, SSUBSCRIBE) or plain (PUBLISH, SUBSCRIBE) pub/sub for release

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -954,4 +955,49 @@ func TestLossForWantOfRenewalSaysWhy(t *testing.T) {
 		t.Fatalf("cause = %q; want a loss that matches ErrUnavailable and names the renewal's error", cause)
 	}
 	t.Logf("cause: %v", cause)
+}
+
+// Without Options.Logger, an outage is not silent: each failed renewal is a Warn record, and the loss an
+// Error record, on slog.Default() (as it is when they are written: a service's slog.SetDefault after New
+// counts). Not parallel: it replaces the process's default logger.
+func TestOutageIsLoggedWithoutALogger(t *testing.T) {
+	logs := &redistest.OutputBuffer{}
+	was := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(was) })
+	srv := redistest.Start(t)
+	p := startProxy(t, srv)
+	c := clientAt(t, p.Addr, fastWatchdog) // no Logger
+	slog.SetDefault(slog.New(slog.NewJSONHandler(logs, nil)))
+	ctx := ctxTimeout(t, 20*time.Second)
+	l := c.Lock("outage-logged")
+	if err := l.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := l.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Down(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hold.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hold outlived its expiry while Redis refused connections")
+	}
+	var warned, lost bool
+	eventually(t, 2*time.Second, "a Warn record of a failed renewal and an Error record of the loss", func() bool {
+		for _, r := range logRecords(t, logs) {
+			if r["lock"] != "outage-logged" {
+				continue
+			}
+			switch r["level"] {
+			case "WARN":
+				warned = warned || strings.Contains(fmt.Sprint(r["error"]), "connection refused")
+			case "ERROR":
+				lost = lost || strings.Contains(fmt.Sprint(r["error"]), "not renewed before it expired")
+			}
+		}
+		return warned && lost
+	})
 }

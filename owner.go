@@ -24,6 +24,10 @@ type ownerKey struct{}
 // callback, a cleanup goroutine), acquire and release it with contexts carrying the same token. The client
 // UUID is part of the owner, so the same token on two Clients names two different owners.
 //
+// A goroutine that returns holding a lock leaves it held: Go gives no signal of a goroutine's end, so the
+// Client renews the hold until Close (or until the lease given to TryLock runs out), and no other
+// goroutine can release it. Release on every path (defer, or Do), or use a token.
+//
 // token must be non-empty, must not consist only of decimal digits (those are goroutine IDs) and must not
 // end in ":write" (that marks a ReadWriteLock's writer); otherwise lock operations made with ctx fail with
 // ErrInvalidOwner. A random token

@@ -119,12 +119,19 @@ func (t *telemetry) reportRenewalFailures(fs []renewalFailure, err error) {
 		if f.began {
 			t.atRisk.Add(ctx, 1, t.byKind[f.kind].add...)
 		}
-		if t.log != nil {
-			t.log.LogAttrs(ctx, slog.LevelWarn, "relock: renewal failed; the hold is at risk",
-				slog.String("lock", f.name), slog.String("kind", f.kind.String()), slog.String("owner", logOwner(f.kind, f.owner)),
-				slog.Duration("expires_in", f.expiresIn), slog.Any("error", errOrUnknown(err)))
-		}
+		t.logger().LogAttrs(ctx, slog.LevelWarn, "relock: renewal failed; the hold is at risk",
+			slog.String("lock", f.name), slog.String("kind", f.kind.String()), slog.String("owner", logOwner(f.kind, f.owner)),
+			slog.Duration("expires_in", f.expiresIn), slog.Any("error", errOrUnknown(err)))
 	}
+}
+
+// logger is where renewal failures and losses are logged: Options.Logger, or slog.Default() as it is now
+// (a service that calls slog.SetDefault after New gets them there too).
+func (t *telemetry) logger() *slog.Logger {
+	if t.log != nil {
+		return t.log
+	}
+	return slog.Default()
 }
 
 // logOwner is how a hold's owner field shows in a log record: a permit's id (PermitSemaphore) is 16
@@ -138,10 +145,10 @@ func logOwner(kind lockKind, field string) string {
 
 // logLoss logs the loss of the hold h (cause matches ErrLockLost), unless its Client stopped.
 func (t *telemetry) logLoss(h *hold, cause error) {
-	if t.log == nil || errors.Is(cause, ErrClosed) {
+	if errors.Is(cause, ErrClosed) {
 		return
 	}
-	t.log.LogAttrs(context.Background(), slog.LevelError, "relock: hold lost",
+	t.logger().LogAttrs(context.Background(), slog.LevelError, "relock: hold lost",
 		slog.String("lock", h.name), slog.String("kind", h.kind.String()), slog.String("owner", logOwner(h.kind, h.key.field)),
 		slog.Any("error", cause))
 }

@@ -118,7 +118,7 @@ type telemetry struct {
 	atRisk       metric.Int64Counter     // relock.at_risk {kind}
 	held         metric.Registration     // relock.held {kind}, observed from the watchdog's table
 
-	log *slog.Logger // Options.Logger: nil, or where renewal failures and losses are logged
+	log *slog.Logger // Options.Logger: where renewal failures and losses are logged; nil: slog.Default()
 
 	// The attribute sets of measurements, as the instruments' variadic options take them (a slice made at
 	// each call would be allocated: the instruments are interfaces).

@@ -195,7 +195,14 @@ func (s *Server) fail(format string, args ...any) {
 // of your own: with rueidis, set ForceSingleClient (see the package doc).
 func (s *Server) Addr() string { return s.proxy.Addr }
 
-// Close closes the Clients s made, then stops s. It is idempotent.
+// Close closes the Clients s made, then stops s. It is idempotent. A Server that is Down is brought Up
+// first, so that its Clients give up their holds at once rather than waiting out their Close's bound.
+//
+// For a Server from NewServer, Close (which runs when the test ends) fails the test for each lock still
+// held by a goroutine that has returned: a lock taken without relock.WithOwner belongs to the goroutine
+// that took it, and nothing but its Client's Close could end such a hold (see relock.WithOwner). Holds of
+// goroutines still running (the test's own, when it ends holding a lock) and of WithOwner tokens are
+// Close's to give up, as they are in a service.
 func (s *Server) Close() {
 	s.mu.Lock()
 	if s.closed {
@@ -204,10 +211,20 @@ func (s *Server) Close() {
 	}
 	s.closed = true
 	clients := s.clients
+	if s.t != nil {
+		ids := make([]string, len(clients))
+		for i, c := range clients {
+			ids[i] = c.ID()
+		}
+		s.reportAbandoned(ids)
+	}
 	if s.admin != nil {
 		clients = append(clients, s.admin)
 	}
 	s.mu.Unlock()
+	// The Clients give up what they hold now, rather than waiting Close's bound (relock.DefaultCloseTimeout)
+	// for a server that is Down.
+	s.proxy.Partition(false)
 	for i := len(clients) - 1; i >= 0; i-- {
 		clients[i].Close()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -53,7 +54,8 @@ func (cfg *demoConfig) dial(ctx context.Context) ([]demoNode, func(), error) {
 // dialWith is dial, with the rueidis client of each node passed through wrap (when not nil) before a relock
 // Client is made on it; the nodes' rdb is what wrap returned.
 func (cfg *demoConfig) dialWith(ctx context.Context, wrap func(rueidis.Client) rueidis.Client) ([]demoNode, func(), error) {
-	var opts relock.Options
+	// The demo's report tells what its holders lose; relock's own records would interleave with it.
+	opts := relock.Options{Logger: slog.New(slog.DiscardHandler)}
 	if cfg.Watchdog > 0 {
 		opts.WatchdogTimeout = cfg.Watchdog
 	}

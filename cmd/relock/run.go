@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -213,7 +214,8 @@ func (c *common) connectNamed(ctx context.Context, watchdog time.Duration) (*rel
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	lc, err := relock.NewContext(ctx, nil, &relock.Options{Redis: o, WatchdogTimeout: watchdog, ShardedPubSub: mode})
+	lc, err := relock.NewContext(ctx, nil, &relock.Options{Redis: o, WatchdogTimeout: watchdog, ShardedPubSub: mode,
+		Logger: slog.New(renewalWarnings{slog.Default().Handler()})})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil, withKind(errKindInterrupted, errors.New("interrupted"))
@@ -616,4 +618,13 @@ func exitStatus(ps *os.ProcessState) int {
 		return 128 + int(ws.Signal())
 	}
 	return ps.ExitCode()
+}
+
+// renewalWarnings passes relock's Warn records (a renewal failed: the hold is at risk) to stderr, through
+// the default logger, and drops its Error records (a hold lost): run says that itself, with what it did to
+// the command.
+type renewalWarnings struct{ slog.Handler }
+
+func (h renewalWarnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l < slog.LevelError && h.Handler.Enabled(ctx, l)
 }

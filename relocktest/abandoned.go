@@ -1,0 +1,97 @@
+package relocktest
+
+import (
+	"bytes"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// A lock taken without WithOwner belongs to the goroutine that took it: no other goroutine can release
+// it, and Go tells nobody when a goroutine ends, so a goroutine that returns holding a lock leaves it held,
+// renewed by its Client's watchdog, until the Client closes. A Server from NewServer looks for such holds
+// when its test ends.
+
+// abandonedHold is a hold, on a lock's hash, of a goroutine that has ended.
+type abandonedHold struct {
+	key       string // the lock's hash
+	goroutine uint64
+	write     bool // a ReadWriteLock's write hold (else a lock's hold, or a read hold)
+}
+
+// goroutineField is a hold's field in a lock's hash when its owner is a goroutine: "<clientID>:<goroutine
+// ID>", with ":write" for a ReadWriteLock's writer. (A WithOwner token cannot be only digits.)
+var goroutineField = regexp.MustCompile(`^(.+):([0-9]+)(:write)?$`)
+
+// abandonedHolds returns the holds in s of goroutines that have ended, taken through the Clients with the
+// given IDs.
+func (s *Server) abandonedHolds(clients []string) []abandonedHold {
+	s.clock.Advance() // what has expired by now is removed
+	live := liveGoroutines()
+	var out []abandonedHold
+	keys := s.m.Keys()
+	slices.Sort(keys)
+	for _, key := range keys {
+		if s.m.Type(key) != "hash" {
+			continue
+		}
+		fields, err := s.m.HKeys(key)
+		if err != nil {
+			continue
+		}
+		for _, f := range fields {
+			m := goroutineField.FindStringSubmatch(f)
+			if m == nil || !slices.Contains(clients, m[1]) {
+				continue
+			}
+			id, err := strconv.ParseUint(m[2], 10, 64)
+			if err != nil || live[id] {
+				continue
+			}
+			out = append(out, abandonedHold{key: key, goroutine: id, write: m[3] != ""})
+		}
+	}
+	return out
+}
+
+// liveGoroutines returns the IDs of the process's goroutines.
+func liveGoroutines() map[uint64]bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	live := map[uint64]bool{}
+	for _, line := range bytes.Split(buf, []byte("\n")) {
+		rest, ok := bytes.CutPrefix(line, []byte("goroutine "))
+		if !ok {
+			continue
+		}
+		id, _, _ := strings.Cut(string(rest), " ")
+		if n, err := strconv.ParseUint(id, 10, 64); err == nil {
+			live[n] = true
+		}
+	}
+	return live
+}
+
+// reportAbandoned fails s's test for each hold of a goroutine that ended without releasing it.
+func (s *Server) reportAbandoned(clients []string) {
+	for _, h := range s.abandonedHolds(clients) {
+		what := "a hold of"
+		if h.write {
+			what = "the write hold of"
+		}
+		s.t.Errorf("relocktest: at the end of the test, goroutine %d, which has returned, still had %s %q: "+
+			"a lock taken without relock.WithOwner belongs to the goroutine that took it, nothing else can "+
+			"release it, and its Client renews it until Close. Unlock it before the goroutine returns "+
+			"(defer l.Unlock(ctx)), or take and release it with relock.WithOwner and a token the releasing "+
+			"goroutine has too", h.goroutine, what, h.key)
+	}
+}
