@@ -156,7 +156,10 @@ func New(addrs []string, opts *Options) (*Client, error) {
 // Each of addrs is a host:port, or addrs is one redis:// or rediss:// URL (as rueidis.ParseURL reads it:
 // user, password, database, TLS, dial timeout), which takes precedence over what Options.Redis says of the
 // same things (a TLSConfig in Options.Redis is kept). An address that is neither, or no address at all,
-// gives an error matching ErrInvalidOptions that says what is wrong.
+// gives an error matching ErrInvalidOptions that says what is wrong; so does a server that refuses the
+// Client for want of a password (NOAUTH) or for a wrong one (WRONGPASS), wrapping Redis's reply. A TLS
+// handshake that gets no TLS answer (rediss:// for a plain-TCP port) fails, matching ErrUnavailable, with
+// an error that says so.
 //
 // New's rueidis client always pipelines (ClientOption.AlwaysPipelining), so that one call's context never
 // breaks a connection other calls share, and does not retry reads (DisableRetry), so that a read fails as

@@ -3,6 +3,8 @@ package relock
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -115,7 +117,7 @@ func watchConns(ro rueidis.ClientOption, guard *atomic.Pointer[callGuard]) func(
 		case dialFn != nil:
 			return dialFn(dst, dialer, cfg)
 		case cfg != nil:
-			return (&tls.Dialer{NetDialer: dialer, Config: cfg}).DialContext(ctx, "tcp", dst)
+			return dialTLS(ctx, dst, dialer, cfg)
 		}
 		return dialer.DialContext(ctx, "tcp", dst)
 	}
@@ -173,4 +175,37 @@ func (c *watchedConn) handshaken() {
 	if g := c.dialed.Swap(nil); g != nil {
 		g.dialing.Add(-1)
 	}
+}
+
+// dialTLS dials dst and makes the TLS handshake, within dialer.Timeout for both, as tls.Dialer does; a
+// handshake that gets no answer, or an answer that is not TLS, says that the server may not speak TLS
+// (a rediss:// URL, or a TLSConfig, given for a plain-TCP port hangs until the dial timeout: Redis waits
+// for the rest of a command line that the ClientHello never ends).
+func dialTLS(ctx context.Context, dst string, dialer *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+	if dialer.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, dialer.Timeout)
+		defer cancel()
+	}
+	raw, err := dialer.DialContext(ctx, "tcp", dst)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ServerName == "" { // as tls.Dialer does: the name to verify is the address's host
+		host, _, _ := net.SplitHostPort(dst)
+		cfg = cfg.Clone()
+		cfg.ServerName = host
+	}
+	conn := tls.Client(raw, cfg)
+	if err := conn.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		var notTLS tls.RecordHeaderError
+		if errors.As(err, &notTLS) || ctx.Err() != nil {
+			return nil, fmt.Errorf("TLS handshake with %s got no TLS answer (%w): a rediss:// address or "+
+				"Options.Redis.TLSConfig asks for TLS; if the server listens in plain TCP there, use redis:// "+
+				"(and no TLSConfig)", dst, err)
+		}
+		return nil, fmt.Errorf("TLS handshake with %s: %w", dst, err)
+	}
+	return conn, nil
 }

@@ -235,10 +235,20 @@ func wrapErrCtx(ctx context.Context, op, name string, err error) error {
 }
 
 // connectError classifies the failure of rueidis.NewClient: a configuration rueidis refuses matches
-// ErrInvalidOptions; a reply of Redis (WRONGPASS, NOPERM...) is returned as it is; anything else means
-// Redis could not be reached (ErrUnavailable).
+// ErrInvalidOptions, and so does a server's refusal of the credentials (NOAUTH: none given; WRONGPASS),
+// saying where they go; another reply of Redis (NOPERM...) is returned as it is; anything else means Redis
+// could not be reached (ErrUnavailable).
 func connectError(err error) error {
-	if _, ok := redisReply(err); ok {
+	if rerr, ok := redisReply(err); ok {
+		switch msg := rerr.Error(); {
+		case strings.HasPrefix(msg, "NOAUTH"):
+			return errorf("%w: the server requires a password: put it in the address "+
+				"(redis://:password@host:port, or redis://user:password@host:port for an ACL user) or in "+
+				"Options.Redis (Password, and Username): %w", ErrInvalidOptions, err)
+		case strings.HasPrefix(msg, "WRONGPASS"):
+			return errorf("%w: the server refused the user or password given (in the address, or in "+
+				"Options.Redis: Username, Password): %w", ErrInvalidOptions, err)
+		}
 		return err
 	}
 	for _, e := range []error{rueidis.ErrNoCache, rueidis.ErrReplicaOnlyNotSupported, rueidis.ErrNoSendToReplicas, rueidis.ErrWrongPipelineMultiplex} {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/faultnet"
@@ -195,4 +198,30 @@ func TestCloseWakesCompositeWaiters(t *testing.T) {
 			t.Fatal("a composite waiter did not return after Close")
 		}
 	}
+}
+
+// A server that wants a password refuses a Client given none (NOAUTH) or a wrong one (WRONGPASS): New says
+// where the password goes, matching ErrInvalidOptions, and keeps Redis's reply.
+func TestNewSaysWhereThePasswordGoes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	admin := rawClient(t, srv) // authenticated before the password is set
+	do(t, admin, "CONFIG", "SET", "requirepass", "s3cret")
+	t.Cleanup(func() { do(t, admin, "CONFIG", "SET", "requirepass", "") })
+	for _, tc := range []struct{ addr, reply, says string }{
+		{srv.Addr(), "NOAUTH", "the server requires a password: put it in the address"},
+		{"redis://:wrong@" + srv.Addr(), "WRONGPASS", "the server refused the user or password given"},
+	} {
+		_, err := relock.New([]string{tc.addr}, nil)
+		var rerr *rueidis.RedisError
+		if !errors.Is(err, relock.ErrInvalidOptions) || !errors.As(err, &rerr) || !strings.HasPrefix(rerr.Error(), tc.reply) || !strings.Contains(err.Error(), tc.says) {
+			t.Fatalf("New(%q): %v; want ErrInvalidOptions with Redis's %s reply, saying %q", tc.addr, err, tc.reply, tc.says)
+		}
+		t.Log(err)
+	}
+	c, err := relock.New([]string{"redis://:s3cret@" + srv.Addr()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
 }

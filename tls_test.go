@@ -2,6 +2,8 @@ package relock_test
 
 import (
 	"crypto/tls"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,8 +52,27 @@ func TestTLS(t *testing.T) {
 	}
 
 	// Without the CA, the connection is refused: relock does not fall back to anything.
-	if _, err := relock.New([]string{addr}, &relock.Options{Redis: rueidis.ClientOption{
-		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}}); err == nil {
+	_, err := relock.New([]string{addr}, &relock.Options{Redis: rueidis.ClientOption{
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}})
+	if err == nil {
 		t.Fatal("New accepted a server certificate it cannot verify")
 	}
+	if !strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "plain TCP") {
+		t.Fatalf("New with a certificate it cannot verify: %v; want the certificate's error, without a hint about plain TCP", err)
+	}
+}
+
+// TLS asked of a port that serves plain TCP (a rediss:// URL for Redis's ordinary port) fails at the dial
+// timeout with an error that says the server gave no TLS answer and what to use instead, not only "context
+// deadline exceeded".
+func TestTLSOnAPlainPortSaysSo(t *testing.T) {
+	t.Parallel()
+	plain := redistest.Start(t)
+	o := &relock.Options{}
+	o.Redis.Dialer.Timeout = time.Second
+	_, err := relock.New([]string{"rediss://" + plain.Addr()}, o)
+	if !errors.Is(err, relock.ErrUnavailable) || !strings.Contains(err.Error(), "no TLS answer") || !strings.Contains(err.Error(), "use redis://") {
+		t.Fatalf("New with rediss:// on a plain port: %v; want ErrUnavailable saying the server gave no TLS answer", err)
+	}
+	t.Log(err)
 }
