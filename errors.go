@@ -277,7 +277,8 @@ func redisReply(err error) (*rueidis.RedisError, bool) {
 func transientReply(rerr *rueidis.RedisError) bool {
 	msg := rerr.Error()
 	return rerr.IsClusterDown() || rerr.IsTryAgain() || rerr.IsLoading() || strings.HasPrefix(msg, "MASTERDOWN") ||
-		strings.HasPrefix(msg, "OOM") || strings.HasPrefix(msg, "BUSY ") // not BUSYKEY, BUSYGROUP
+		strings.HasPrefix(msg, "OOM") || strings.Contains(msg, ": -OOM ") || // 6.2 wraps a script's: "ERR Error running script ...: -OOM ..."
+		strings.HasPrefix(msg, "BUSY ") // not BUSYKEY, BUSYGROUP
 
 }
 

@@ -75,3 +75,47 @@ func TestUnlockRefusedForMemoryStillReleases(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A final release only deletes, and so runs on a server over its maxmemory (with noeviction), for every
+// kind of lock: the lock is free at once, not once memory is freed. (A server refuses a script whose first
+// write may use memory; decrementing the last level before deleting it was such a write.)
+func TestFinalUnlockOverMaxmemoryReleasesAtOnce(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	c := newClient(t, srv, nil)
+	raw := testutil.Raw(t, srv.Addr())
+	ctx := ctxTimeout(t, 30*time.Second)
+	rw := c.ReadWriteLock("oom-rw")
+	locks := []struct {
+		name, key string
+		l         relock.Locker
+	}{
+		{"RLock", "oom-final", c.Lock("oom-final")},
+		{"FairLock", "oom-fair", c.FairLock("oom-fair")},
+		{"WriteLock", "oom-rw", rw.WriteLock()},
+	}
+	for _, k := range locks {
+		if err := k.l.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := c.ReadWriteLock("oom-read").ReadLock()
+	if err := read.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	do(t, raw, "CONFIG", "SET", "maxmemory", "1")
+	t.Cleanup(func() { do(t, raw, "CONFIG", "SET", "maxmemory", "0") })
+	for _, k := range locks {
+		if err := k.l.Unlock(ctx); err != nil {
+			t.Errorf("%s: the final Unlock over maxmemory: %v; want it released at once", k.name, err)
+		}
+		if n, _ := do(t, raw, "EXISTS", k.key).AsInt64(); n != 0 {
+			t.Errorf("%s: the lock is still in Redis after its final Unlock over maxmemory", k.name)
+		}
+	}
+	if err := read.Unlock(ctx); err != nil {
+		t.Errorf("ReadLock: the final Unlock over maxmemory: %v; want it released at once", err)
+	}
+	if n, _ := do(t, raw, "EXISTS", "oom-read").AsInt64(); n != 0 {
+		t.Errorf("ReadLock: the lock is still in Redis after its final Unlock over maxmemory")
+	}
+}

@@ -50,6 +50,16 @@ local function release_one(lock, field, expected, request, void, record, release
   if void or string.sub(request, 1, 1) == '?' and record.applied() then
     return tonumber(count)
   end
+  if count == '1' then
+    -- The last level is deleted, not decremented first: a final release then only deletes, and so runs
+    -- on a server over its maxmemory even where Redis refuses a script whose first write may use memory
+    -- (6.2 does; HINCRBY may).
+    if released then
+      released(1)
+    end
+    record.forget()
+    return 0
+  end
   count = redis.call('hincrby', lock, field, -1)
   if released then
     released(count + 1)
