@@ -232,10 +232,12 @@ func (w *watcher) handle(ctx context.Context, it watchItem) {
 			w.onQueueEvent(ctx, it)
 		}
 	case itemMessage:
-		if !w.notify {
+		// With notifications, the lock key's del already reported the release this message announces. A
+		// named message (relock's, for a waiter it woke by name) is always followed, in the same script,
+		// by the unlock message of the same release: that one reports it.
+		if !w.notify && it.event != namedMessage {
 			w.onRelease(ctx, it)
 		}
-		// With notifications, the lock key's del already reported the release this message announces.
 	}
 }
 

@@ -15,6 +15,10 @@ import (
 // The subscription watch learns of changes from (see watch.go): what it subscribes to for a lock, the
 // dedicated connection that holds the subscription, and the queue that hands what arrives to the main loop.
 
+// namedMessage is what relock publishes on a lock's release channel, before the unlock message ("0",
+// Redisson's), when the release woke a relock waiter by name (the library's lua/lib/waiters.lua).
+const namedMessage = "-1"
+
 // watchSpec is what watch subscribes to for one lock.
 type watchSpec struct {
 	lock, queue, writers string // the lock key, a FairLock's queue, a ReadWriteLock's priority writers

@@ -227,6 +227,68 @@ func TestWatchFallbackWithoutNotifications(t *testing.T) {
 	goleak.VerifyNone(t, leaks)
 }
 
+// Without notifications, a release that wakes a relock waiter publishes two messages (relock's named one,
+// then Redisson's unlock message): watch reports the one release once, not a second one of a holder it
+// "did not see".
+func TestWatchReportsAReleaseOnceWithoutNotifications(t *testing.T) {
+	srv := redistest.Start(t)
+	leaks := goleak.IgnoreCurrent()
+	raw := rawClient(t, srv.Addr())
+	a, err := relock.New([]string{srv.Addr()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := relock.New([]string{srv.Addr()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name, rounds = "handed", 5
+	stdout, stderr, stop := inProcessWatch(t, name, "--redis", srv.Addr(), "--json")
+	waitSubscribed(t, raw, "redisson_lock__channel:{"+name+"}")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range rounds {
+		first, second := relock.WithOwner(ctx, "first"), relock.WithOwner(ctx, "second")
+		if err := a.Lock(name).Lock(first); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() { got <- b.Lock(name).Lock(second) }()
+		waitFor(t, func() bool { // the waiter is recorded: the release will name it
+			n, err := raw.Do(ctx, raw.B().Zcard().Key("relock_lock_waiters:{"+name+"}").Build()).AsInt64()
+			return err == nil && n > 0
+		})
+		if err := a.Lock(name).Unlock(first); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Lock(name).Unlock(second); err != nil {
+			t.Fatal(err)
+		}
+		waitOutput(t, stdout, `"event":"released"`, 2*(i+1))
+	}
+	time.Sleep(300 * time.Millisecond) // a second report of a release, if any, comes at once
+	code := stop()
+	a.Close()
+	b.Close()
+	raw.Close()
+	if code != 0 {
+		t.Fatalf("watch: exit %d\n%s", code, stderr)
+	}
+	var released []string
+	for _, ev := range parseWatch(t, stdout.String()) {
+		if ev.Event == watchEvReleased {
+			released = append(released, ev.Text)
+		}
+	}
+	if len(released) != 2*rounds {
+		t.Fatalf("%d releases reported for %d: %q\n%s", len(released), 2*rounds, released, stdout)
+	}
+	goleak.VerifyNone(t, leaks)
+}
+
 // --enable-notifications turns them on, and says so; then watch needs no polling.
 func TestWatchEnableNotifications(t *testing.T) {
 	t.Parallel()
