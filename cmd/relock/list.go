@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"context"
 	"errors"
 	"fmt"
@@ -172,9 +173,20 @@ func printList(w io.Writer, states []relock.LockState, elections []*electionStat
 		if el := elections[i]; el != nil {
 			kind, holders = "Election", leaderText(st, el)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", st.Name, kind, mode, holders, fmtTTL(st.TTL), st.QueueLen, token)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.Name, kind, mode, holders, fmtTTL(st.TTL), waitingText(st), token)
 	}
 	tw.Flush()
+}
+
+// waitingText is the WAITING cell: the length of the queue the lock keeps in Redis (a FairLock's, an
+// Election's, a ReadWriteLock's priority writers). An RLock's waiters, and a ReadWriteLock's without
+// writer priority, wait in their own processes, in no queue Redis keeps: "-" says they are not counted,
+// where 0 would say that nobody waits.
+func waitingText(st relock.LockState) string {
+	if st.QueueLen > 0 || st.Kind == relock.KindFairLock {
+		return strconv.Itoa(st.QueueLen)
+	}
+	return "-"
 }
 
 // holdersText is a short description of the holders, for one table cell.

@@ -176,6 +176,31 @@ func opsOn(t *testing.T, addrs []string, prefix string) {
 		}
 	})
 
+	t.Run("list rlock waiters", func(t *testing.T) {
+		// An RLock's waiters wait in their own processes, in no queue Redis keeps: list does not say 0.
+		name := prefix + "waited"
+		l := c.Lock(name)
+		if err := l.Lock(relock.WithOwner(ctx, "holder")); err != nil {
+			t.Fatal(err)
+		}
+		waitCtx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = l.Lock(relock.WithOwner(waitCtx, "waiter")) }()
+		out, _ := mustRun(t, 0, "", "list", name, "--redis", addr)
+		cancel()
+		<-done
+		if err := l.Unlock(relock.WithOwner(ctx, "holder")); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) < 2 || !strings.Contains(lines[0], "WAITING") {
+			t.Fatalf("list output:\n%s", out)
+		}
+		if fields := strings.Fields(lines[1]); len(fields) < 7 || fields[len(fields)-2] != "-" {
+			t.Errorf("list's WAITING for an RLock is not \"-\" (its waiters are not counted):\n%s", out)
+		}
+	})
+
 	t.Run("inspect rwlock", func(t *testing.T) {
 		name := prefix + "config"
 		rw := c.ReadWriteLock(name)
