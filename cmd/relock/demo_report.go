@@ -214,9 +214,9 @@ func (d *demo) serverLine(note string) {
 	where := strings.Join(d.cfg.Nodes, ", ")
 	switch d.report.Server.Mode {
 	case embedRedisServer:
-		d.say("Redis: embedded redis-server %s at %s (--redis ADDR to use yours).\n", d.report.Server.Version, where)
+		d.say("Redis: redis-server %s, started by the demo as a child process, at %s (--redis ADDR to use yours).\n", d.report.Server.Version, where)
 	case embedInProcess:
-		d.say("Redis: embedded in-process server (miniredis) at %s (--redis ADDR to use yours).\n", where)
+		d.say("Redis: an in-process server (miniredis), no redis-server on PATH, at %s (--redis ADDR to use yours).\n", where)
 	default:
 		d.say("Redis: %s", where)
 		if v := d.report.Server.Version; v != "" {
