@@ -926,15 +926,12 @@ func TestNextCallDoesNotWaitBehindChainedBackgroundReleases(t *testing.T) {
 	}
 }
 
-// A hold lost because Redis stopped answering says so: its cause matches ErrLockLost and ErrUnavailable,
-// and names the last renewal's error, so that a service without a Logger learns why from the cause alone.
-func TestLossForWantOfRenewalSaysWhy(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	p := startProxy(t, srv)
-	c := clientAt(t, p.Addr, fastWatchdog)
+// lostToRefusedConnections takes the lock name on c, makes p refuse connections, and returns the hold's
+// context once the hold is lost for want of renewal (within 10 s; c's watchdog timeout must be shorter).
+func lostToRefusedConnections(t *testing.T, c *relock.Client, p *faultnet.Proxy, name string) context.Context {
+	t.Helper()
 	ctx := ctxTimeout(t, 20*time.Second)
-	l := c.Lock("loss-says-why")
+	l := c.Lock(name)
 	if err := l.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -950,6 +947,16 @@ func TestLossForWantOfRenewalSaysWhy(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the hold outlived its expiry while Redis refused connections")
 	}
+	return hold
+}
+
+// A hold lost because Redis stopped answering says so: its cause matches ErrLockLost and ErrUnavailable,
+// and names the last renewal's error, so that a service without a Logger learns why from the cause alone.
+func TestLossForWantOfRenewalSaysWhy(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := startProxy(t, srv)
+	hold := lostToRefusedConnections(t, clientAt(t, p.Addr, fastWatchdog), p, "loss-says-why")
 	cause := context.Cause(hold)
 	if !errors.Is(cause, relock.ErrLockLost) || !errors.Is(cause, relock.ErrUnavailable) || !strings.Contains(cause.Error(), "connection refused") {
 		t.Fatalf("cause = %q; want a loss that matches ErrUnavailable and names the renewal's error", cause)
@@ -968,23 +975,7 @@ func TestOutageIsLoggedWithoutALogger(t *testing.T) {
 	p := startProxy(t, srv)
 	c := clientAt(t, p.Addr, fastWatchdog) // no Logger
 	slog.SetDefault(slog.New(slog.NewJSONHandler(logs, nil)))
-	ctx := ctxTimeout(t, 20*time.Second)
-	l := c.Lock("outage-logged")
-	if err := l.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	hold, err := l.HoldContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Down(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-hold.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the hold outlived its expiry while Redis refused connections")
-	}
+	lostToRefusedConnections(t, c, p, "outage-logged")
 	var warned, lost bool
 	eventually(t, 2*time.Second, "a Warn record of a failed renewal and an Error record of the loss", func() bool {
 		for _, r := range logRecords(t, logs) {
