@@ -16,6 +16,7 @@ import (
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/faultnet"
 	"github.com/relock-go/relock/internal/invariant"
+	"github.com/relock-go/relock/internal/redistest"
 )
 
 func init() { invariant.Enable() }
@@ -112,4 +113,16 @@ func ACLBlock(t testing.TB, path, marker string) []string {
 		words[i] = strings.Trim(w, "'")
 	}
 	return words[3:]
+}
+
+// LibraryACL returns the library's minimal ACL rules from the Markdown file at path for the redis-server the
+// harness starts (redistest.ServerVersion): the block after "<!-- acl -->" for Redis 7.0 and later, the one
+// after "<!-- acl-6.2 -->" for an older server, which refuses the first block's sharded pub/sub commands. A
+// version that cannot be read is taken to be a current one.
+func LibraryACL(t testing.TB, path string) []string {
+	t.Helper()
+	if v, err := redistest.ServerVersion(); err == nil && !v.AtLeast(7, 0) {
+		return ACLBlock(t, path, "<!-- acl-6.2 -->")
+	}
+	return ACLBlock(t, path, "<!-- acl -->")
 }
