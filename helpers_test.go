@@ -130,8 +130,27 @@ func waitBehind(t testing.TB, rdb rueidis.Client, holder, waiting *relock.Client
 	return got
 }
 
+// serverVersion returns the version of the redis-server the tests start (RELOCK_REDIS_SERVER's, or the one
+// on PATH), for a test whose commands, rules or replies differ between versions.
+func serverVersion(t testing.TB) redistest.Version {
+	t.Helper()
+	v, err := redistest.ServerVersion()
+	if err != nil {
+		t.Fatalf("the version of redis-server: %v", err)
+	}
+	return v
+}
+
+// hasShardedPubSub reports whether the redis-server the tests start has sharded pub/sub (SSUBSCRIBE,
+// SPUBLISH, PUBSUB SHARDNUMSUB): Redis 7.0 and later.
+func hasShardedPubSub(t testing.TB) bool {
+	t.Helper()
+	return serverVersion(t).AtLeast(7, 0)
+}
+
 // commandCalls returns how many times each command ran since the last CONFIG RESETSTAT, from INFO
-// commandstats ("evalsha" -> calls).
+// commandstats ("evalsha" -> calls). Redis 7.0 and later count a subcommand under its own name
+// ("config|resetstat"), 6.2 under its command's ("config").
 func commandCalls(t testing.TB, rdb rueidis.Client) map[string]int {
 	t.Helper()
 	info, err := do(t, rdb, "INFO", "commandstats").ToString()
