@@ -195,9 +195,15 @@ func TestHoldQueriesSendNothing(t *testing.T) {
 			t.Fatalf("HoldRisk = %v, %v", atRisk, err)
 		}
 	}
+	// The test's CONFIG RESETSTAT is "config|resetstat"; Redis 6.2 counts it as "config", under which it
+	// counts every CONFIG subcommand: there, that one call only.
+	redis62 := !serverVersion(t).AtLeast(7, 0)
 	var sent []string
 	for cmd, n := range commandCalls(t, rdb) {
-		if cmd != "config|resetstat" && cmd != "info" && cmd != "ping" {
+		switch {
+		case cmd == "config|resetstat" || cmd == "info" || cmd == "ping":
+		case cmd == "config" && n == 1 && redis62:
+		default:
 			sent = append(sent, fmt.Sprintf("%s ×%d", cmd, n))
 		}
 	}
