@@ -148,6 +148,20 @@ func hasShardedPubSub(t testing.TB) bool {
 	return serverVersion(t).AtLeast(7, 0)
 }
 
+// slowLoading returns the arguments of a redis-server that loads its data slowly, 2 ms a key, and answers
+// LOADING meanwhile, and the command that writes it the 1000 keys to load (about 2 s). From Redis 7.0,
+// loading-process-events-interval-bytes makes it serve clients every KB it loads. Redis 6.2 has no such
+// directive: it serves them every 2 MB, so there each key holds 64 KB, saved uncompressed (DEBUG
+// POPULATE's padding would compress to nothing): it serves them every 32 keys, 64 ms.
+func slowLoading(t testing.TB) (args, populate []string) {
+	t.Helper()
+	if serverVersion(t).AtLeast(7, 0) {
+		return []string{"--key-load-delay", "2000", "--loading-process-events-interval-bytes", "1024"},
+			[]string{"DEBUG", "POPULATE", "1000"}
+	}
+	return []string{"--key-load-delay", "2000", "--rdbcompression", "no"}, []string{"DEBUG", "POPULATE", "1000", "key", "65536"}
+}
+
 // commandCalls returns how many times each command ran since the last CONFIG RESETSTAT, from INFO
 // commandstats ("evalsha" -> calls). Redis 7.0 and later count a subcommand under its own name
 // ("config|resetstat"), 6.2 under its command's ("config").

@@ -595,9 +595,10 @@ func TestCloseFinishesGiveBacks(t *testing.T) {
 // down to about 2 s).
 func TestSemaphoreGiveBackRidesOutLoading(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, "--key-load-delay", "2000", "--loading-process-events-interval-bytes", "1024")
+	args, populate := slowLoading(t)
+	srv := redistest.Start(t, args...)
 	rdb, reloader := rawClient(t, srv), rawClient(t, srv)
-	do(t, rdb, "DEBUG", "POPULATE", "1000")
+	do(t, rdb, populate...)
 	proxy := startProxy(t, srv)
 	c := clientAt(t, proxy.Addr, nil)
 	s := c.Semaphore("loading-sem")

@@ -238,10 +238,10 @@ func TestCloseLetsBackgroundReleasesLand(t *testing.T) {
 // key, 1000 keys.
 func TestBackgroundReleaseRidesOutLoading(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always",
-		"--key-load-delay", "2000", "--loading-process-events-interval-bytes", "1024")
+	args, populate := slowLoading(t)
+	srv := redistest.Start(t, append([]string{"--appendonly", "yes", "--appendfsync", "always"}, args...)...)
 	rdb := rawClient(t, srv)
-	do(t, rdb, "DEBUG", "POPULATE", "1000")
+	do(t, rdb, populate...)
 	do(t, rdb, "BGREWRITEAOF") // the keys, in the AOF the restart loads
 	testutil.Eventually(t, 10*time.Second, "the AOF rewritten", func() bool {
 		info, _ := do(t, rdb, "INFO", "persistence").ToString()
