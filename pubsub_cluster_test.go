@@ -132,7 +132,8 @@ func releaseLikeRedisson(t testing.TB, rdb rueidis.Client, name string, sharded 
 // checkReleasesAnnounced makes waiter wait for a lock that holder holds with a long lease, and checks that
 // a Java-side release announced with sharded or plain pub/sub, as said, wakes it at once, that the waiter
 // subscribed that way only, and that its own release is heard by listeners of that kind and by no
-// listener of the other kind, on any node.
+// listener of the other kind, on any node (on Redis 6.2, which has no sharded pub/sub, plain listeners
+// only).
 func checkReleasesAnnounced(t *testing.T, d *deployment, holder, waiter *relock.Client, sharded bool) {
 	rdb, nodes := d.raw(t), nodeClients(t, d)
 	ctx := ctxTimeout(t, 60*time.Second)
@@ -174,7 +175,9 @@ func checkReleasesAnnounced(t *testing.T, d *deployment, holder, waiter *relock.
 		for _, node := range nodes { // plain pub/sub reaches every node
 			heard = append(heard, listen(t, node, channel, false))
 		}
-		deaf = append(deaf, listen(t, rdb, channel, true))
+		if hasShardedPubSub(t) {
+			deaf = append(deaf, listen(t, rdb, channel, true))
+		}
 	}
 	if err := waiter.Lock(name).Unlock(owner); err != nil {
 		t.Fatal(err)
@@ -200,7 +203,8 @@ func checkReleasesAnnounced(t *testing.T, d *deployment, holder, waiter *relock.
 }
 
 // Each ShardedPubSub setting announces releases, and listens for them, the way Redisson does with the same
-// shardedSubscriptionMode; on Redis 7, AUTO is ON.
+// shardedSubscriptionMode; on Redis 7, AUTO is ON. On Redis 6.2, which has no sharded pub/sub, AUTO is OFF,
+// and ON, which fails there, is not run.
 func TestClusterShardedPubSubModes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -214,14 +218,21 @@ func TestClusterShardedPubSubModes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			sharded, want := tc.sharded, "sharded"
+			if v := serverVersion(t); !v.AtLeast(7, 0) {
+				if tc.mode == relock.ShardedPubSubOn {
+					t.Skipf("redis-server %v has no sharded pub/sub (SSUBSCRIBE, SPUBLISH: Redis 7.0), which ShardedPubSubOn needs", v)
+				}
+				sharded, want = false, "plain" // AUTO finds it missing, as Redisson's AUTO does
+			}
 			d := onCluster(t, t.Name()+":")
 			opts := &relock.Options{ShardedPubSub: tc.mode}
 			holder, waiter := d.client(t, opts), d.client(t, opts)
-			checkReleasesAnnounced(t, d, holder, waiter, tc.sharded)
+			checkReleasesAnnounced(t, d, holder, waiter, sharded)
 			if tc.mode == relock.ShardedPubSubAuto {
 				// AUTO found out at the waiter's first wait; the holder has only acquired, which needs nothing.
-				if got := relock.PubSubKnown(waiter); got != "sharded" {
-					t.Errorf("AUTO on Redis 7 settled on %q, want sharded", got)
+				if got := relock.PubSubKnown(waiter); got != want {
+					t.Errorf("AUTO on Redis %v settled on %q, want %s", serverVersion(t), got, want)
 				}
 				if got := relock.PubSubKnown(holder); got != "" {
 					t.Errorf("AUTO settled on %q before anything needed it", got)
@@ -232,19 +243,23 @@ func TestClusterShardedPubSubModes(t *testing.T) {
 }
 
 // When the probe of AUTO gets an error reply, as from Redis 6, which does not know PUBSUB SHARDNUMSUB,
-// relock uses plain pub/sub, as Redisson does. Here an ACL denies the probe to relock's user.
+// relock uses plain pub/sub, as Redisson does. Here an ACL denies the probe to relock's user; on Redis 6.2
+// (which cannot deny a subcommand) the server itself refuses it.
 func TestClusterShardedPubSubAutoUsesPlainWhenProbeIsRefused(t *testing.T) {
 	t.Parallel()
 	d := onCluster(t, t.Name()+":")
-	user, password := "relock-no-shardnumsub-"+strconv.FormatInt(time.Now().UnixNano(), 36), "secret"
-	for _, node := range nodeClients(t, d) {
-		if err := node.Do(context.Background(), node.B().Arbitrary("ACL", "SETUSER", user, "on", ">"+password,
-			"~*", "&*", "+@all", "-pubsub|shardnumsub").Build()).Error(); err != nil {
-			t.Fatalf("ACL SETUSER: %v", err)
+	opts := &relock.Options{} // AUTO
+	if hasShardedPubSub(t) {
+		user, password := "relock-no-shardnumsub-"+strconv.FormatInt(time.Now().UnixNano(), 36), "secret"
+		for _, node := range nodeClients(t, d) {
+			if err := node.Do(context.Background(), node.B().Arbitrary("ACL", "SETUSER", user, "on", ">"+password,
+				"~*", "&*", "+@all", "-pubsub|shardnumsub").Build()).Error(); err != nil {
+				t.Fatalf("ACL SETUSER: %v", err)
+			}
+			t.Cleanup(func() { node.Do(context.Background(), node.B().AclDeluser().Username(user).Build()) })
 		}
-		t.Cleanup(func() { node.Do(context.Background(), node.B().AclDeluser().Username(user).Build()) })
+		opts.Redis = rueidis.ClientOption{Username: user, Password: password}
 	}
-	opts := &relock.Options{Redis: rueidis.ClientOption{Username: user, Password: password}} // AUTO
 	holder, waiter := d.client(t, opts), d.client(t, opts)
 
 	ctx := ctxTimeout(t, 10*time.Second)
@@ -260,7 +275,8 @@ func TestClusterShardedPubSubAutoUsesPlainWhenProbeIsRefused(t *testing.T) {
 
 // A probe that gets no reply settles nothing: a call whose context ends first fails, and the next needs
 // ask again (or wait for the question still under way). Once answered, the answer is kept, and no call
-// waits for Redis to learn it.
+// waits for Redis to learn it. (The answer is sharded pub/sub on Redis 7, plain on 6.2, which refuses the
+// probe.)
 func TestClusterShardedPubSubAutoProbeWithoutReplyIsRetried(t *testing.T) {
 	t.Parallel()
 	c, channel, master := autoProbeCluster(t)
@@ -285,19 +301,20 @@ func TestClusterShardedPubSubAutoProbeWithoutReplyIsRetried(t *testing.T) {
 		sharded, err = relock.ShardedPubSubFor(ctxTimeout(t, time.Second), c, channel)
 		return err == nil
 	}, func() string { return "last error: " + err.Error() })
-	if !sharded {
-		t.Fatal("the answered probe settled on plain pub/sub; want sharded (Redis 7)")
+	want := hasShardedPubSub(t)
+	if sharded != want {
+		t.Fatalf("the answered probe settled on %s; want %s (Redis %v)", pubsubKind(sharded), pubsubKind(want), serverVersion(t))
 	}
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
-	if sharded, err := relock.ShardedPubSubFor(ended, c, channel); !sharded || err != nil {
+	if sharded, err := relock.ShardedPubSubFor(ended, c, channel); sharded != want || err != nil {
 		t.Fatalf("once known, a call with an ended context gave %v, %v", sharded, err)
 	}
 }
 
 // The calls that need ShardedPubSubAuto's answer at the same time share one question: a call whose context
 // ends while the question is unanswered costs the others nothing, and they get its answer, not a question
-// each.
+// each. (The answer is sharded pub/sub on Redis 7, plain on 6.2, which refuses the probe.)
 func TestClusterShardedPubSubAutoAsksOnceForConcurrentCalls(t *testing.T) {
 	t.Parallel()
 	c, channel, master := autoProbeCluster(t)
@@ -330,14 +347,14 @@ func TestClusterShardedPubSubAutoAsksOnceForConcurrentCalls(t *testing.T) {
 	if !errors.Is(short, context.DeadlineExceeded) {
 		t.Fatalf("the call whose context ended first gave %v, want its deadline", short)
 	}
-	if a := <-later; !a.sharded || a.err != nil {
-		t.Fatalf("the later call gave %v, %v; want sharded (Redis 7)", a.sharded, a.err)
+	if a := <-later; a.sharded != hasShardedPubSub(t) || a.err != nil {
+		t.Fatalf("the later call gave %v, %v; want %s (Redis %v)", a.sharded, a.err, pubsubKind(hasShardedPubSub(t)), serverVersion(t))
 	}
 	stats, err := node.Do(ctx, node.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := probesIn(stats); got != 1 {
+	if got := probesIn(t, stats); got != 1 {
 		t.Fatalf("the node was asked %d times, want once:\n%s", got, stats)
 	}
 }
@@ -360,10 +377,15 @@ func autoProbeCluster(t *testing.T) (*relock.Client, string, *redistest.Server) 
 	return c, channel, master
 }
 
-// probesIn returns how many PUBSUB SHARDNUMSUB commands INFO commandstats counts.
-func probesIn(stats string) int {
+// probesIn returns how many PUBSUB SHARDNUMSUB commands INFO commandstats counts: Redis 7 counts them as
+// "pubsub|shardnumsub"; 6.2, which refuses them (a failed call), counts every PUBSUB subcommand as "pubsub".
+func probesIn(t testing.TB, stats string) int {
+	stat := "cmdstat_pubsub|shardnumsub:calls="
+	if !hasShardedPubSub(t) {
+		stat = "cmdstat_pubsub:calls="
+	}
 	for line := range strings.Lines(stats) {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_pubsub|shardnumsub:calls="); ok {
+		if rest, ok := strings.CutPrefix(line, stat); ok {
 			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
 			return n
 		}
