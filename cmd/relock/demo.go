@@ -240,13 +240,15 @@ func (d *demo) version(ctx context.Context) string {
 // keys returns the demo's keys on node i, to reset and remove.
 func (d *demo) keys(i int) []string {
 	name := d.cfg.Name
-	// The lock's companions: Redisson's key layout for a name with a hash tag ("prefix:name").
+	// The lock's companions: Redisson's key layout for a name with a hash tag ("prefix:name"), and what a
+	// release may leave for a moment (a repeated release's void mark lives 2 s).
 	ks := []string{name, "redisson_lock_token:" + name, "redisson_lock_queue:" + name, "redisson_lock_timeout:" + name,
-		"relock_lock_alive:" + name}
+		"relock_lock_alive:" + name, "relock_release:" + name, "relock_rwlock_release:" + name, "relock_undone:" + name,
+		"relock_release_void:" + name}
 	if d.cfg.Election {
 		// The fencing counter (the terms) and the stream of leaders persist by design: the demo removes
-		// them, with the fenced store and its log, and what a release may leave for a moment.
-		return append(ks, "relock_election:"+name, "relock_release:"+name, "relock_undone:"+name, "relock_release_void:"+name, d.cfg.Store, d.cfg.StoreLog)
+		// them, with the fenced store and its log.
+		return append(ks, "relock_election:"+name, d.cfg.Store, d.cfg.StoreLog)
 	}
 	if i == 0 {
 		ks = append(ks, d.cfg.Counter, d.cfg.Mirror)
