@@ -435,8 +435,8 @@ func TestElectionRunResignsWhenRedisIsBack(t *testing.T) {
 	leads(t, ctx, other, name)
 }
 
-// fn returning when the resignation fails with an error reply (here NOPERM: an ACL that lost HINCRBY,
-// which the release needs; LOADING, while Redis restarts, is the same for Run): Run returns that error,
+// fn returning when the resignation fails with an error reply (here NOPERM: an ACL that lost DEL, with
+// which the release of the leadership's one level deletes the lock; LOADING, while Redis restarts, is the same for Run): Run returns that error,
 // and the leadership still ends for the Client, its release left to the background (which gives it up at
 // such a reply), so its watchdog stops renewing it: another candidate leads within the watchdog timeout.
 // (An Unlock failed by an error reply leaves the hold as it was, for its owner to try again: Run, which
@@ -453,7 +453,7 @@ func TestElectionRunResignRefused(t *testing.T) {
 	ctx := ctxTimeout(t, 60*time.Second)
 	const name = "app:run-resign-refused"
 	err := c.Election(name).Run(ctx, "v", func(context.Context, uint64) error {
-		if err := do(t, admin, "ACL", "SETUSER", "runner", "-hincrby").Error(); err != nil {
+		if err := do(t, admin, "ACL", "SETUSER", "runner", "-del").Error(); err != nil {
 			t.Fatal(err)
 		}
 		return nil

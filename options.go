@@ -63,7 +63,7 @@ type Options struct {
 	// that configures slog (slog.SetDefault, before or after New) sees these records where it sees its
 	// own, and one that does not sees them on stderr through the log package. To turn them off, give a
 	// Logger that discards them: slog.New(slog.DiscardHandler). Nothing is logged, and nothing is spent,
-	// while Redis answers.
+	// while renewals succeed and no hold is lost.
 	Logger *slog.Logger
 
 	// ShardedPubSub chooses sharded (SPUBLISH, SSUBSCRIBE) or plain (PUBLISH, SUBSCRIBE) pub/sub for release

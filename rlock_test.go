@@ -749,15 +749,16 @@ func TestLostAcquireReplyIsUndone(t *testing.T) {
 		}
 		// On resume Redis runs the acquisition nobody waits for; relock's undo must release it, long before
 		// the 30 s watchdog TTL would. Every acquisition run calls HDEL (lib/undone.lua), the undo's
-		// decision is one script, and its release, when the acquisition ran first, calls HINCRBY.
+		// decision is one script, and its release, when the acquisition ran first, deletes the lock (DEL:
+		// the last level is deleted, not decremented, lib/release.lua).
 		var acquired bool
 		var last string
 		eventually(t, 5*time.Second, "the orphaned hold is released", func() bool {
 			calls := commandCalls(t, rdb)
 			n, _ := do(t, rdb, "EXISTS", "lost-reply").AsInt64()
-			acquired = calls["hincrby"] == 1
+			acquired = calls["del"] == 1
 			last = fmt.Sprintf("exists=%d calls=%v", n, calls)
-			return n == 0 && calls["evalsha"] == calls["hdel"]+1+calls["hincrby"]
+			return n == 0 && calls["evalsha"] == calls["hdel"]+1+calls["del"]
 		}, func() string { return last })
 		if acquired {
 			break

@@ -29,7 +29,9 @@ const (
 	// (a wait's subscription and an Unlock are retried as usual), and the next one asks again.
 	ShardedPubSubAuto ShardedPubSub = iota
 	// ShardedPubSubOn (Redisson's ON) always uses sharded pub/sub on a cluster. Without it (Redis 6),
-	// every release and every wait fails.
+	// every wait fails at once, and every Unlock returns an error (unknown command SPUBLISH) although the
+	// release took effect in Redis: the script had deleted the lock before its SPUBLISH failed, and Redis
+	// keeps a script's writes made before an error. Use it only on Redis 7 and later.
 	ShardedPubSubOn
 	// ShardedPubSubOff (Redisson's OFF) always uses plain pub/sub.
 	ShardedPubSubOff
