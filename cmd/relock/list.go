@@ -1,12 +1,12 @@
 package main
 
 import (
-	"strconv"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
