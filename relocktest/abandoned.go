@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // A lock taken without WithOwner belongs to the goroutine that took it: no other goroutine can release
@@ -81,9 +82,18 @@ func liveGoroutines() map[uint64]bool {
 	return live
 }
 
+// settleTime is how long reportAbandoned lets releases still under way land (an Unlock whose context had
+// ended returns at once and releases in the background) before it reports a hold.
+const settleTime = 500 * time.Millisecond
+
 // reportAbandoned fails s's test for each hold of a goroutine that ended without releasing it.
 func (s *Server) reportAbandoned(clients []string) {
-	for _, h := range s.abandonedHolds(clients) {
+	holds := s.abandonedHolds(clients)
+	for deadline := time.Now().Add(settleTime); len(holds) > 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		holds = s.abandonedHolds(clients)
+	}
+	for _, h := range holds {
 		what := "a hold of"
 		if h.write {
 			what = "the write hold of"

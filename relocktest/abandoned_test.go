@@ -1,6 +1,8 @@
 package relocktest_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -31,7 +33,8 @@ func (r *recordingTB) errors() []string {
 }
 
 // A lock a goroutine took and did not release before it returned fails the test when it ends, saying
-// what to do; the test's own holds, and WithOwner holds, are Close's to give up, and fail nothing.
+// what to do; the test's own holds, WithOwner holds, and a release still under way in the background
+// (an Unlock whose context had ended) fail nothing.
 func TestHoldOfAReturnedGoroutineFailsTheTest(t *testing.T) {
 	t.Parallel()
 	rec := &recordingTB{TB: t}
@@ -54,6 +57,23 @@ func TestHoldOfAReturnedGoroutineFailsTheTest(t *testing.T) {
 			return
 		}
 		done <- l.Unlock(ctx)
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	go func() { // released in the background: its Unlock's context had ended
+		l := c.Lock("released-late")
+		if err := l.Lock(ctx); err != nil {
+			done <- err
+			return
+		}
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := l.Unlock(ended); !errors.Is(err, context.Canceled) {
+			done <- fmt.Errorf("Unlock with an ended context: %v, want context.Canceled", err)
+			return
+		}
+		done <- nil
 	}()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -211,13 +211,6 @@ func (s *Server) Close() {
 	}
 	s.closed = true
 	clients := s.clients
-	if s.t != nil {
-		ids := make([]string, len(clients))
-		for i, c := range clients {
-			ids[i] = c.ID()
-		}
-		s.reportAbandoned(ids)
-	}
 	if s.admin != nil {
 		clients = append(clients, s.admin)
 	}
@@ -225,6 +218,13 @@ func (s *Server) Close() {
 	// The Clients give up what they hold now, rather than waiting Close's bound (relock.DefaultCloseTimeout)
 	// for a server that is Down.
 	s.proxy.Partition(false)
+	if s.t != nil {
+		ids := make([]string, len(s.clients))
+		for i, c := range s.clients {
+			ids[i] = c.ID()
+		}
+		s.reportAbandoned(ids)
+	}
 	for i := len(clients) - 1; i >= 0; i-- {
 		clients[i].Close()
 	}
