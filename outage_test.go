@@ -821,25 +821,59 @@ func TestCallDuringALateDialReturnsAtItsDeadline(t *testing.T) {
 	}
 }
 
+// gateHead is a Client c, reached through the proxy p, whose gate for the lock name has a head: owner a's
+// Lock, waiting for another Client's hold (a 30 s watchdog timeout: it sleeps on that TTL).
+type gateHead struct {
+	p         *faultnet.Proxy
+	c, holder *relock.Client
+	ctx       context.Context
+	name      string
+	aDone     chan error
+}
+
+func newGateHead(t *testing.T, name string) *gateHead {
+	t.Helper()
+	srv := redistest.Start(t)
+	p := startProxy(t, srv)
+	g := &gateHead{p: p, c: clientAt(t, p.Addr, nil), holder: newClient(t, srv, nil), ctx: ctxTimeout(t, 30*time.Second),
+		name: name, aDone: make(chan error, 1)}
+	if err := g.holder.Lock(name).Lock(g.ctx); err != nil {
+		t.Fatal(err)
+	}
+	actx, stop := context.WithCancel(relock.WithOwner(g.ctx, "a"))
+	t.Cleanup(stop)
+	go func() { g.aDone <- g.c.Lock(name).Lock(actx) }()
+	time.Sleep(300 * time.Millisecond) // a waits, as the gate's head
+	return g
+}
+
+// end lets Redis answer again, releases the holder's hold, and checks that a gets the lock.
+func (g *gateHead) end(t *testing.T) {
+	t.Helper()
+	g.p.Stall(faultnet.Upstream, false)
+	g.p.Stall(faultnet.Downstream, false)
+	if err := g.p.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.holder.Lock(g.name).Unlock(g.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-g.aDone; err != nil {
+		t.Fatalf("a's Lock once Redis answered again: %v", err)
+	}
+	if err := g.c.Lock(g.name).Unlock(relock.WithOwner(g.ctx, "a")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A call made while Redis refuses connections fails at once, also when it queues behind a waiter of its
 // Client for the same lock (see gates): that waiter, which was waiting while Redis answered, rides the
 // outage out; the new call was never answered, and is not made to wait with it. Before, every waiter
 // queued when the head's attempt failed rode the outage out, up to its deadline.
 func TestGateWaiterCalledDuringAnOutageFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	p := startProxy(t, srv)
-	c, holder := clientAt(t, p.Addr, nil), newClient(t, srv, nil)
-	ctx := ctxTimeout(t, 30*time.Second)
-	const name = "outage-gate"
-	if err := holder.Lock(name).Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	actx, stopA := context.WithCancel(relock.WithOwner(ctx, "a"))
-	defer stopA()
-	aDone := make(chan error, 1)
-	go func() { aDone <- c.Lock(name).Lock(actx) }() // the gate's head, waiting while Redis answers
-	time.Sleep(300 * time.Millisecond)
+	g := newGateHead(t, "outage-gate")
+	p, c, ctx, name := g.p, g.c, g.ctx, g.name
 	// The link stalls (nothing notices), b queues behind a, then Redis refuses connections.
 	p.Stall(faultnet.Upstream, true)
 	p.Stall(faultnet.Downstream, true)
@@ -862,24 +896,11 @@ func TestGateWaiterCalledDuringAnOutageFailsAtOnce(t *testing.T) {
 		t.Fatal("b's Lock, made during the outage, still waits 1 s after Redis refused connections")
 	}
 	select {
-	case err := <-aDone:
+	case err := <-g.aDone:
 		t.Fatalf("a's Lock, waiting since before the outage, returned %v at once; want it to ride the outage out", err)
 	default:
 	}
-	p.Stall(faultnet.Upstream, false)
-	p.Stall(faultnet.Downstream, false)
-	if err := p.Up(); err != nil {
-		t.Fatal(err)
-	}
-	if err := holder.Lock(name).Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-aDone; err != nil {
-		t.Fatalf("a's Lock once Redis answered again: %v", err)
-	}
-	if err := c.Lock(name).Unlock(relock.WithOwner(ctx, "a")); err != nil {
-		t.Fatal(err)
-	}
+	g.end(t)
 }
 
 // A call made after Redis began to refuse connections fails at once, also when its Client's gate for the
@@ -889,19 +910,8 @@ func TestGateWaiterCalledDuringAnOutageFailsAtOnce(t *testing.T) {
 // deadline, Redisson seed 2389718883037385911, not replayed: this is not that case; see docs/safety.md.)
 func TestGateWaiterCalledAfterConnectionsBrokeFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	p := startProxy(t, srv)
-	c, holder := clientAt(t, p.Addr, nil), newClient(t, srv, nil)
-	ctx := ctxTimeout(t, 30*time.Second)
-	const name = "outage-gate-after"
-	if err := holder.Lock(name).Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	actx, stopA := context.WithCancel(relock.WithOwner(ctx, "a"))
-	defer stopA()
-	aDone := make(chan error, 1)
-	go func() { aDone <- c.Lock(name).Lock(actx) }() // the gate's head, asleep on the holder's 30 s TTL
-	time.Sleep(300 * time.Millisecond)
+	g := newGateHead(t, "outage-gate-after") // a, asleep on the holder's 30 s TTL
+	p, c, ctx, name := g.p, g.c, g.ctx, g.name
 	if err := p.Down(); err != nil {
 		t.Fatal(err)
 	}
@@ -913,18 +923,7 @@ func TestGateWaiterCalledAfterConnectionsBrokeFailsAtOnce(t *testing.T) {
 	if took := time.Since(start); took > time.Second || !errors.Is(err, relock.ErrUnavailable) {
 		t.Fatalf("b's Lock, made while Redis refused connections, returned %v after %v; want ErrUnavailable at once", err, took.Round(time.Millisecond))
 	}
-	if err := p.Up(); err != nil {
-		t.Fatal(err)
-	}
-	if err := holder.Lock(name).Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-aDone; err != nil {
-		t.Fatalf("a's Lock once Redis answered again: %v", err)
-	}
-	if err := c.Lock(name).Unlock(relock.WithOwner(ctx, "a")); err != nil {
-		t.Fatal(err)
-	}
+	g.end(t)
 }
 
 // An owner's next call fails at once while Redis refuses connections, also when it finds two of the owner's

@@ -19,7 +19,7 @@ import (
 type abandonedHold struct {
 	key       string // the lock's hash
 	goroutine uint64
-	write     bool // a ReadWriteLock's write hold (else a lock's hold, or a read hold)
+	what      string // "a hold of", or "the write hold of" for a ReadWriteLock's writer
 }
 
 // goroutineField is a hold's field in a lock's hash when its owner is a goroutine: "<clientID>:<goroutine
@@ -51,7 +51,11 @@ func (s *Server) abandonedHolds(clients []string) []abandonedHold {
 			if err != nil || live[id] {
 				continue
 			}
-			out = append(out, abandonedHold{key: key, goroutine: id, write: m[3] != ""})
+			what := "a hold of"
+			if m[3] != "" {
+				what = "the write hold of"
+			}
+			out = append(out, abandonedHold{key: key, goroutine: id, what: what})
 		}
 	}
 	return out
@@ -94,14 +98,10 @@ func (s *Server) reportAbandoned(clients []string) {
 		holds = s.abandonedHolds(clients)
 	}
 	for _, h := range holds {
-		what := "a hold of"
-		if h.write {
-			what = "the write hold of"
-		}
 		s.t.Errorf("relocktest: at the end of the test, goroutine %d, which has returned, still had %s %q: "+
 			"a lock taken without relock.WithOwner belongs to the goroutine that took it, nothing else can "+
 			"release it, and its Client renews it until Close. Unlock it before the goroutine returns "+
 			"(defer l.Unlock(ctx)), or take and release it with relock.WithOwner and a token the releasing "+
-			"goroutine has too", h.goroutine, what, h.key)
+			"goroutine has too", h.goroutine, h.what, h.key)
 	}
 }

@@ -628,3 +628,11 @@ type renewalWarnings struct{ slog.Handler }
 func (h renewalWarnings) Enabled(ctx context.Context, l slog.Level) bool {
 	return l < slog.LevelError && h.Handler.Enabled(ctx, l)
 }
+
+func (h renewalWarnings) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return renewalWarnings{h.Handler.WithAttrs(attrs)}
+}
+
+func (h renewalWarnings) WithGroup(name string) slog.Handler {
+	return renewalWarnings{h.Handler.WithGroup(name)}
+}
