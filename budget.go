@@ -26,11 +26,16 @@ func (h *hold) budgetEndLocked(at time.Time) int64 {
 }
 
 // holdTTLArg is the time to live ttl as an acquisition or renewal script reads it (hold_ttl in
-// lua/lib/clock.lua): its milliseconds, and the budget's end on Redis's clock after an '@' when there is
-// one (end, ms; 0: none).
-func holdTTLArg(ttl time.Duration, end int64) string {
-	if end <= 0 {
+// lua/lib/clock.lua): its milliseconds, then, for a hold with a budget (budgeted), an '@' and the budget's
+// end on Redis's clock when it is known (end, ms; 0: not yet). The '@' makes a grant's reply tell Redis's
+// clock, which only a hold with a budget needs (the first grant's is what end is counted from): the
+// others' grants spare Redis a TIME.
+func holdTTLArg(ttl time.Duration, end int64, budgeted bool) string {
+	switch {
+	case !budgeted:
 		return fmtMillis(ttl)
+	case end <= 0:
+		return fmtMillis(ttl) + "@"
 	}
 	return fmtMillis(ttl) + "@" + strconv.FormatInt(end, 10)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -21,10 +22,12 @@ import (
 // Every script refuses a name in use by another kind (lua/lib/kinds.lua), which the Client reports as a
 // *KindError.
 type spec interface {
-	field(owner string) string        // the owner's field in the lock's hash
-	waitChannel(field string) string  // where a waiter with that field hears of releases
-	acquire(a acquireCall) scriptCall // one acquisition attempt
-	release(r releaseCall) scriptCall // one release request
+	field(owner string) string       // the owner's field in the lock's hash
+	waitChannel(field string) string // where a waiter with that field hears of releases
+	// acquire and release make one acquisition attempt, one release request: their arguments are appended
+	// to args (room from argLists, which the caller frees once the script has run).
+	acquire(a acquireCall, args []string) scriptCall
+	release(r releaseCall, args []string) scriptCall
 	forceRelease(publish string) scriptCall
 	renewal(field string) renewal // how the watchdog renews, or checks, a hold
 	read(field string) scriptCall // lua/lock_read.lua for the lock, and the owner field ("": none)
@@ -62,6 +65,24 @@ type scriptCall struct {
 	args   []string
 }
 
+// argLists holds room for the arguments of acquisitions and releases, which a spec appends to the list it
+// is given (spec.acquire, spec.release): rueidis copies a script's arguments into the command it builds,
+// so the list is free again once the run returns, and an uncontended Lock+Unlock allocates none (a runner
+// keeps no call's args past its return: see runner).
+var argLists = sync.Pool{New: func() any { return new(argList) }}
+
+// argList is room for a script's arguments: more than any acquisition or release has.
+type argList [12]string
+
+// newArgs returns an empty list with room for a script's arguments; freeArgs gives it back once the script
+// has run.
+func newArgs() *argList { return argLists.Get().(*argList) }
+
+func freeArgs(a *argList) {
+	*a = argList{} // keep no strings alive
+	argLists.Put(a)
+}
+
 func newLock(c *Client, kind lockKind, name string, o lockOptions, channel string, s spec) *RLock {
 	l := makeLock(c, kind, name, o, channel, s)
 	return &l
@@ -92,11 +113,11 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	}
 	// A hold with a budget (WithMaxHold) is never given a time to live past it: on Redis's clock too, once
 	// its first grant told that clock (end).
-	if capped, end, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
+	if capped, end, budgeted, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
 		return false, l.fail(ctx, op, err)
-	} else if capped != ttl || end != 0 {
+	} else if budgeted {
 		ttl = capped
-		call.ttl, ttlArg = holdTTLArg(ttl, end), fmtMillis(ttl)
+		call.ttl, ttlArg = holdTTLArg(ttl, end, true), holdTTLArg(ttl, 0, true)
 	}
 	if q != nil && q.publishes {
 		if call.publish, err = l.c.publishCommand(ctx, l.channel); err != nil {
@@ -170,7 +191,9 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	}
 	defer l.c.holds.endTurn(k) // after the outcome is recorded, or its undo has begun
 	call.attempt = l.c.attemptID()
-	sc := l.spec.acquire(call)
+	args := newArgs()
+	defer freeArgs(args)
+	sc := l.spec.acquire(call, args[:0])
 	sentAt := time.Now()
 	var reply [4]int64
 	acked := int64(-1)

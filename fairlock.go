@@ -103,14 +103,14 @@ func (s *fairSpec) renewal(field string) renewal {
 	return renewal{script: scriptRenew, keys: s.acquireKeys[:1], field: field}
 }
 
-func (s *fairSpec) acquire(a acquireCall) scriptCall {
+func (s *fairSpec) acquire(a acquireCall, args []string) scriptCall {
 	return scriptCall{script: scriptFairAcquire, keys: s.acquireKeys,
-		args: []string{a.ttl, a.field, s.aliveTTL, joinFlag(a.join), s.wait, unlockMessage, a.publish, a.attempt, s.election}}
+		args: append(args, a.ttl, a.field, s.aliveTTL, joinFlag(a.join), s.wait, unlockMessage, a.publish, a.attempt, s.election)}
 }
 
-func (s *fairSpec) release(r releaseCall) scriptCall {
+func (s *fairSpec) release(r releaseCall, args []string) scriptCall {
 	return scriptCall{script: scriptFairRelease, keys: s.releaseKeys,
-		args: []string{r.field, unlockMessage, r.expected, r.request, r.publish, voidMarkTTLArg}}
+		args: append(args, r.field, unlockMessage, r.expected, r.request, r.publish, voidMarkTTLArg)}
 }
 
 func (s *fairSpec) forceRelease(publish string) scriptCall {

@@ -10,7 +10,7 @@ import (
 // A release that hands the lock to a waiter of the same Client (see gates), and the waiter's side of it.
 
 // handoffTarget is what a handoff to a waiter grants: a first hold of its lock for its owner field, which
-// lives ttl (its lease, or the watchdog timeout, ttlArg in milliseconds).
+// lives ttl (its lease, or the watchdog timeout; ttlArg is it as lua/rlock_handoff.lua reads it, see holdTTLArg).
 type handoffTarget struct {
 	lock   *RLock
 	owner  string

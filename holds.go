@@ -246,9 +246,9 @@ func (w *holdTable) expiry(k holdKey) (time.Time, time.Duration, bool) {
 // capTTL returns ttl, the time to live an acquisition of k would give the hold in Redis, capped so that it
 // does not outlive the hold's budget: the budget of the hold k if it is held, and budget (WithMaxHold's,
 // 0: none), counted from the hold's first acquisition if it is held, else from now. It returns too when
-// the held hold's budget ends on Redis's clock (ms; 0: no budget, or not known, see budget.go), and
-// ErrMaxHoldReached when a held hold's budget has run out (the watchdog is about to end it).
-func (w *holdTable) capTTL(k holdKey, budget, ttl time.Duration) (time.Duration, int64, error) {
+// the held hold's budget ends on Redis's clock (ms; 0: no budget, or not known, see budget.go), whether
+// the hold has a budget, and ErrMaxHoldReached when a held hold's budget has run out (the watchdog is about to end it).
+func (w *holdTable) capTTL(k holdKey, budget, ttl time.Duration) (time.Duration, int64, bool, error) {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -265,13 +265,13 @@ func (w *holdTable) capTTL(k holdKey, budget, ttl time.Duration) (time.Duration,
 		at = now.Add(budget)
 	}
 	if at.IsZero() {
-		return ttl, 0, nil
+		return ttl, 0, false, nil
 	}
 	left := at.Sub(now).Truncate(time.Millisecond) // Redis counts whole milliseconds: never past the budget
 	if left <= 0 {
-		return 0, 0, ErrMaxHoldReached
+		return 0, 0, true, ErrMaxHoldReached
 	}
-	return min(ttl, left), end, nil
+	return min(ttl, left), end, true, nil
 }
 
 // handoffs returns the hold count known for k, and the handoffs in a row that led to its hold (see gates).

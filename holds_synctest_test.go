@@ -3,6 +3,7 @@ package relock
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,7 +37,11 @@ type fakeBatch struct {
 	calls []scriptCall
 }
 
+// The fake's functions may keep the calls they are given: each gets its own copy of the args, which the
+// caller reuses once the run returns (argLists).
+
 func (f *fakeRunner) runInt(_ context.Context, call scriptCall) (int64, error) {
+	call.args = slices.Clone(call.args)
 	f.mu.Lock()
 	fn := f.int
 	f.mu.Unlock()
@@ -44,6 +49,7 @@ func (f *fakeRunner) runInt(_ context.Context, call scriptCall) (int64, error) {
 }
 
 func (f *fakeRunner) runAcquire(_ context.Context, call scriptCall) ([4]int64, error) {
+	call.args = slices.Clone(call.args)
 	f.mu.Lock()
 	fn := f.acquire
 	f.mu.Unlock()
@@ -51,6 +57,7 @@ func (f *fakeRunner) runAcquire(_ context.Context, call scriptCall) ([4]int64, e
 }
 
 func (f *fakeRunner) runInts(_ context.Context, call scriptCall) ([]int64, error) {
+	call.args = slices.Clone(call.args)
 	f.mu.Lock()
 	fn := f.ints
 	f.mu.Unlock()

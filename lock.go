@@ -279,6 +279,9 @@ type replicaAck struct {
 }
 
 func buildOptions(opts []LockOption) lockOptions {
+	if len(opts) == 0 {
+		return lockOptions{} // before o, which an option's pointer makes the heap's
+	}
 	var o lockOptions
 	for _, opt := range opts {
 		opt(&o)

@@ -58,9 +58,10 @@ func companion(prefix, name string) string {
 	return prefix + ":" + nameBase(name)
 }
 
-// companions returns companion(prefix, name) for each of prefixes, built as substrings of one string, so
-// that making a lock, which a caller may do for each use, costs one allocation for all its keys.
-func companions(name string, prefixes ...string) []string {
+// companions sets out[i] to companion(prefixes[i], name) for each of prefixes, built as substrings of one
+// string, so that making a lock, which a caller may do for each use, costs one allocation for all its keys.
+// out has room for them all.
+func companions(out []string, name string, prefixes ...string) {
 	tagged := strings.IndexByte(name, '{') >= 0
 	base := len(name)
 	if !tagged {
@@ -84,11 +85,9 @@ func companions(name string, prefixes ...string) []string {
 		}
 	}
 	all := b.String()
-	out := make([]string, len(prefixes))
 	for i, p := range prefixes {
 		out[i], all = all[:len(p)+1+base], all[len(p)+1+base:]
 	}
-	return out
 }
 
 // undoneKey is the hash where undone acquisition attempts of the lock name leave their marks

@@ -3,6 +3,7 @@ package relock
 import (
 	"context"
 	"io"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ var errLost = io.ErrUnexpectedEOF
 func (r *lateRunner) runAcquire(ctx context.Context, call scriptCall) ([4]int64, error) {
 	r.mu.Lock()
 	if call.script == scriptPermitAcquire && r.late == nil {
+		call.args = slices.Clone(call.args) // run later: the caller may reuse its list (argLists)
 		r.late = &call
 		r.mu.Unlock()
 		return [4]int64{}, errLost

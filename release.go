@@ -55,13 +55,12 @@ func (l *RLock) unlock(ctx context.Context) error {
 		}
 		left, err = l.release(ctx, call)
 	}
-	var kind *KindError
-	if errors.As(err, &kind) { // the name is another kind's: nothing of the owner's is there
-		l.c.holds.notHeld(k)
-		endSpan(span, outcomeNotHeld, nil)
-		return l.fail(ctx, "unlock", kind.asNotHeld())
-	}
 	if err != nil {
+		if kind := (*KindError)(nil); errors.As(err, &kind) { // the name is another kind's: nothing of the owner's is there
+			l.c.holds.notHeld(k)
+			endSpan(span, outcomeNotHeld, nil)
+			return l.fail(ctx, "unlock", kind.asNotHeld())
+		}
 		// No answer, or Redis saying it cannot serve now (LOADING, OOM...): the release is completed in the
 		// background, as the owner asked. Any other error reply (NOPERM...) is the caller's to mend.
 		if outcomeUnknown(err) || didNotRun(err) {
@@ -181,8 +180,9 @@ func (l *RLock) release(ctx context.Context, call releaseCall) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	sc := l.spec.release(call)
-	return l.c.scripts.runInt(ctx, sc)
+	args := newArgs()
+	defer freeArgs(args)
+	return l.c.scripts.runInt(ctx, l.spec.release(call, args[:0]))
 }
 
 // voidMarkTTLArg is how long, in ms, the void mark a repeated release request leaves lives: a sending of

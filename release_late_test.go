@@ -2,6 +2,7 @@ package relock
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -58,7 +59,8 @@ func (r *heldBackRunner) next(call scriptCall) step {
 	if len(r.steps) > 0 {
 		do, r.steps = r.steps[0], r.steps[1:]
 	}
-	if do == keep {
+	if do == keep { // sent later: with its own copy of the args, which the caller reuses (argLists)
+		call.args = slices.Clone(call.args)
 		r.held = append(r.held, call)
 	}
 	return do

@@ -327,10 +327,10 @@ func (l *RLock) takeOver(ctx context.Context, op, expected string) error {
 	field := l.spec.field(owner)
 	k := holdKey{key: l.name, field: field}
 	ttl, ttlArg := l.c.watchdogTimeout, l.c.watchdogTimeoutArg
-	if capped, end, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
+	if capped, end, budgeted, err := l.c.holds.capTTL(k, l.maxHold, ttl); err != nil {
 		return l.fail(ctx, op, err)
-	} else if capped != ttl || end != 0 {
-		ttl, ttlArg = capped, holdTTLArg(capped, end)
+	} else if budgeted {
+		ttl, ttlArg = capped, holdTTLArg(capped, end, true)
 	}
 	if err := l.c.holds.beginTurn(ctx, k); err != nil {
 		return l.fail(ctx, op, err)

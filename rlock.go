@@ -20,18 +20,21 @@ package relock
 // it. A nil Client gives a lock whose methods return ErrNilClient.
 func (c *Client) Lock(name string, opts ...LockOption) *RLock {
 	o := buildOptions(opts)
-	k := companions(name, "redisson_lock__channel", "relock_undone", "relock_release", "redisson_lock_token",
+	var k [10]string
+	companions(k[:], name, "redisson_lock__channel", "relock_undone", "relock_release", "redisson_lock_token",
 		"redisson_lock_queue", "relock_rwlock_writers", "relock_election", "relock_lock_waiters", "relock_lock_wake",
 		"relock_release_void")
 	channel, undone, release, token, waiters, wakes, voids := k[0], k[1], k[2], k[3], k[7], k[8], k[9]
-	// The acquisition reads the companions that tell another kind (lua/lib/kinds.lua).
-	keys := []string{name, undone, k[4], k[5], k[6], waiters, token, name, channel, release, undone, waiters, wakes, voids,
-		name, waiters, channel, wakes}
-	made := &struct { // the lock, its spec and its waiters in one allocation
-		l RLock
-		s rlockSpec
-		q waitQueue
-	}{s: rlockSpec{name: name, channel: channel, acquireKeys: keys[0:6:6], releaseKeys: keys[7:14:14]}}
+	made := &struct { // the lock, its spec, its waiters and its scripts' keys in one allocation
+		l    RLock
+		s    rlockSpec
+		q    waitQueue
+		keys [18]string
+	}{keys: [18]string{name, undone, k[4], k[5], k[6], waiters, token, // the acquisition reads the companions that tell another kind (lua/lib/kinds.lua)
+		name, channel, release, undone, waiters, wakes, voids,
+		name, waiters, channel, wakes}}
+	keys := made.keys[:]
+	made.s = rlockSpec{name: name, channel: channel, acquireKeys: keys[0:6:6], releaseKeys: keys[7:14:14]}
 	if o.fenced {
 		made.s.acquireKeys = keys[0:7:7]
 	}
@@ -67,13 +70,13 @@ func (s *rlockSpec) read(field string) scriptCall { return lockRead(s.acquireKey
 func (s *rlockSpec) renewal(field string) renewal {
 	return renewal{script: scriptRenew, keys: s.acquireKeys[:1], field: field}
 }
-func (s *rlockSpec) acquire(a acquireCall) scriptCall {
-	return scriptCall{script: scriptAcquire, keys: s.acquireKeys, args: []string{a.ttl, a.field, a.attempt, joinFlag(a.join), s.aliveTTL}}
+func (s *rlockSpec) acquire(a acquireCall, args []string) scriptCall {
+	return scriptCall{script: scriptAcquire, keys: s.acquireKeys, args: append(args, a.ttl, a.field, a.attempt, joinFlag(a.join), s.aliveTTL)}
 }
 
-func (s *rlockSpec) release(r releaseCall) scriptCall {
+func (s *rlockSpec) release(r releaseCall, args []string) scriptCall {
 	return scriptCall{script: scriptRelease, keys: s.releaseKeys,
-		args: []string{r.field, unlockMessage, r.expected, r.request, r.publish, namedMessage, voidMarkTTLArg}}
+		args: append(args, r.field, unlockMessage, r.expected, r.request, r.publish, namedMessage, voidMarkTTLArg)}
 }
 
 // handoff is a release that, at the owner's last hold, hands the lock to the owner field next

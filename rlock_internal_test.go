@@ -94,7 +94,7 @@ func TestUndoOvertakingItsAttempt(t *testing.T) {
 			attempt := func(id string) [4]int64 { // the attempt, arriving; its reply goes nowhere
 				t.Helper()
 				reply, err := c.scripts.runAcquire(ctx, l.spec.acquire(acquireCall{
-					ttl: c.watchdogTimeoutArg, owner: owner, field: field, attempt: id}))
+					ttl: c.watchdogTimeoutArg, owner: owner, field: field, attempt: id}, nil))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -748,17 +748,20 @@ func TestLostAcquireReplyIsUndone(t *testing.T) {
 			t.Fatalf("Lock with Redis paused = %v", err)
 		}
 		// On resume Redis runs the acquisition nobody waits for; relock's undo must release it, long before
-		// the 30 s watchdog TTL would. Every acquisition run calls HDEL (lib/undone.lua), the undo's
-		// decision is one script, and its release, when the acquisition ran first, deletes the lock (DEL:
-		// the last level is deleted, not decremented, lib/release.lua).
+		// the 30 s watchdog TTL would. Every acquisition run calls EXISTS first (lua/rlock_acquire.lua), the
+		// undo's decision is one script, which calls no EXISTS, and its release, when the acquisition ran
+		// first, deletes the lock (DEL: the last level is deleted, not decremented, lib/release.lua), then
+		// calls EXISTS once to see who waits (lib/waiters.lua). So the acquisitions run are EXISTS - DEL, and
+		// every script has run when EVALSHA = acquisitions + 1 + DEL = EXISTS + 1. (The lock's absence is
+		// read with HLEN, which no script here calls.)
 		var acquired bool
 		var last string
 		eventually(t, 5*time.Second, "the orphaned hold is released", func() bool {
 			calls := commandCalls(t, rdb)
-			n, _ := do(t, rdb, "EXISTS", "lost-reply").AsInt64()
+			n, _ := do(t, rdb, "HLEN", "lost-reply").AsInt64()
 			acquired = calls["del"] == 1
-			last = fmt.Sprintf("exists=%d calls=%v", n, calls)
-			return n == 0 && calls["evalsha"] == calls["hdel"]+1+calls["del"]
+			last = fmt.Sprintf("hlen=%d calls=%v", n, calls)
+			return n == 0 && calls["evalsha"] == calls["exists"]+1
 		}, func() string { return last })
 		if acquired {
 			break

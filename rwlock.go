@@ -96,9 +96,9 @@ type rwKeys struct {
 	releaseKeys []string // the lock, the channel, the release records, the undone attempts' marks, the void marks
 }
 
-func (k *rwKeys) release(sc *script, r releaseCall) scriptCall {
+func (k *rwKeys) release(sc *script, r releaseCall, args []string) scriptCall {
 	return scriptCall{script: sc, keys: k.releaseKeys,
-		args: []string{r.field, readUnlockMessage, r.expected, r.request, r.publish, k.base, voidMarkTTLArg}}
+		args: append(args, r.field, readUnlockMessage, r.expected, r.request, r.publish, k.base, voidMarkTTLArg)}
 }
 
 func (k *rwKeys) forceRelease(publish string) scriptCall {
@@ -110,11 +110,13 @@ func (k *rwKeys) waitChannel(string) string { return k.releaseKeys[1] }
 // readSpec is the read lock's kind.
 type readSpec struct{ rwKeys }
 
-func (s *readSpec) field(owner string) string        { return owner }
-func (s *readSpec) queue() *waitQueue                { return nil }
-func (s *readSpec) release(r releaseCall) scriptCall { return s.rwKeys.release(scriptRWReadRelease, r) }
-func (s *readSpec) acquire(a acquireCall) scriptCall {
-	return scriptCall{script: scriptRWReadAcquire, keys: s.lockKeys, args: []string{a.ttl, a.field, a.field + writerSuffix, s.base, a.attempt}}
+func (s *readSpec) field(owner string) string { return owner }
+func (s *readSpec) queue() *waitQueue         { return nil }
+func (s *readSpec) release(r releaseCall, args []string) scriptCall {
+	return s.rwKeys.release(scriptRWReadRelease, r, args)
+}
+func (s *readSpec) acquire(a acquireCall, args []string) scriptCall {
+	return scriptCall{script: scriptRWReadAcquire, keys: s.lockKeys, args: append(args, a.ttl, a.field, a.field+writerSuffix, s.base, a.attempt)}
 }
 
 func (s *readSpec) renewal(field string) renewal {
@@ -139,14 +141,14 @@ func (s *writeSpec) queue() *waitQueue         { return s.q }
 func (s *writeSpec) read(field string) scriptCall {
 	return lockRead(s.lockKeys[:1], "write", field, "")
 }
-func (s *writeSpec) release(r releaseCall) scriptCall {
-	return s.rwKeys.release(scriptRWWriteRelease, r)
+func (s *writeSpec) release(r releaseCall, args []string) scriptCall {
+	return s.rwKeys.release(scriptRWWriteRelease, r, args)
 }
 func (s *writeSpec) renewal(field string) renewal {
 	return renewal{script: scriptRenew, keys: s.lockKeys[:1], field: field}
 }
 
-func (s *writeSpec) acquire(a acquireCall) scriptCall {
+func (s *writeSpec) acquire(a acquireCall, args []string) scriptCall {
 	return scriptCall{script: scriptRWWriteAcquire, keys: s.acquireKeys,
-		args: []string{a.ttl, a.field, a.owner, s.aliveTTL, joinFlag(a.join), s.base, a.attempt}}
+		args: append(args, a.ttl, a.field, a.owner, s.aliveTTL, joinFlag(a.join), s.base, a.attempt)}
 }

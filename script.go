@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -155,6 +156,9 @@ func (c *Client) execGuarded(ctx context.Context, k command) rueidis.RedisResult
 	if !c.guard.needed(ctx) {
 		return c.send(ctx, k)
 	}
+	// The send may outlive this call (withinDeadline returns at ctx's end): it gets its own copy of the
+	// args, which the caller may reuse once the call returns (argLists).
+	k.args = slices.Clone(k.args)
 	return withinDeadline(ctx, func() rueidis.RedisResult { return c.send(ctx, k) }, rueidis.NewErrorResult)
 }
 
@@ -199,7 +203,8 @@ func boundRead(ctx context.Context) (context.Context, func(), bool) {
 // runner runs scripts whose replies are integers: the seam between rueidis and the state machines that
 // run them (the engine's attempts, releases and undos, the watchdog's batches, the wait queues' leaves,
 // a PermitSemaphore's releases).
-// A Client's is rueidisRunner; their tests use a scripted fake.
+// A Client's is rueidisRunner; their tests use a scripted fake. A runner uses a call's args only until it
+// returns: the caller may then reuse the list (see argLists).
 type runner interface {
 	// runInt runs one script whose reply is an integer.
 	runInt(ctx context.Context, call scriptCall) (int64, error)
@@ -311,6 +316,7 @@ func (c *Client) runAcked(ctx context.Context, s *script, keys, args []string, r
 	if !c.guard.needed(ctx) {
 		resps = send()
 	} else {
+		args = slices.Clone(args) // the send may outlive this call: see execGuarded
 		resps = withinDeadline(ctx, send, func(err error) []rueidis.RedisResult {
 			return []rueidis.RedisResult{rueidis.NewErrorResult(err), rueidis.NewErrorResult(err)}
 		})

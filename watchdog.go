@@ -39,7 +39,7 @@ func (r renewal) ttlArg(timeout time.Duration) string {
 	case r.check:
 		return "0"
 	case r.ttl > 0:
-		return holdTTLArg(r.ttl, r.until)
+		return holdTTLArg(r.ttl, r.until, r.until > 0)
 	}
 	return fmtMillis(timeout)
 }

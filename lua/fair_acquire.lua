@@ -31,7 +31,7 @@
 -- missing from the queue (a Redisson client dropped it, or it was removed by hand) goes back to the head,
 -- where it was. When the lock is free but the head is another waiter, that one is woken.
 --
--- Returns {1, holdCount, token, now} when the owner now holds the lock (see rlock_acquire.lua; token is 0
+-- Returns {1, holdCount, token, clock} when the owner now holds the lock (see rlock_acquire.lua; token is 0
 --                                when the lock is not fenced; with ARGV[9] '1', the count it had, if it held).
 --                                The owner's queue entries are gone, and wait is
 --                                subtracted from every remaining score.
@@ -72,7 +72,7 @@ if t ~= 'hash' or redis.call('hexists', KEYS[1], owner) == 0 then
     return refusal('WRONGKIND', other_kind(KEYS[7], 'rwlock', election, 'election'), t)
   end
 end
-local ttl, at = hold_ttl(ARGV[1])
+local ttl, at, budgeted = hold_ttl(ARGV[1])
 if ttl <= 0 then -- the hold's budget is spent (see hold_ttl in lib/clock.lua)
   return {-3, 0, 0}
 end
@@ -95,16 +95,16 @@ if free then
     redis.call('zrem', KEYS[3], owner)
     redis.call('zrem', KEYS[4], owner)
     shorten_waits(KEYS[3], KEYS[9], nil, wait)
-    return first_hold(KEYS[1], owner, ttl, at, KEYS[10])
+    return first_hold(KEYS[1], owner, ttl, at, KEYS[10], budgeted)
   end
   -- The head may be asleep: its notification went to a dead waiter just dropped, or never came (a
   -- Redisson waiter ahead of it gave up, which wakes nobody).
   redis.call(ARGV[7], KEYS[5] .. ':' .. head, ARGV[6])
 elseif redis.call('hexists', KEYS[1], owner) == 1 then
   if ARGV[9] == '1' then
-    return hold_again(KEYS[1], owner, ttl, at, KEYS[10])
+    return hold_again(KEYS[1], owner, ttl, at, KEYS[10], budgeted)
   end
-  return reenter(KEYS[1], owner, ttl, at, KEYS[10])
+  return reenter(KEYS[1], owner, ttl, at, KEYS[10], budgeted)
 end
 
 -- Not acquired: refresh the owner's entries, or join the queue at its end, with Redisson's score.

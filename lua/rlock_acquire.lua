@@ -16,10 +16,11 @@
 --          leaves them when it gets it), '0' for an attempt made before waiting, or alone
 -- ARGV[5]  how long a waiting owner stays alive without a refresh, in milliseconds (the watchdog timeout)
 --
--- Returns {1, holdCount, token, now} when the owner now holds the lock: a first acquisition has count 1
+-- Returns {1, holdCount, token, clock} when the owner now holds the lock: a first acquisition has count 1
 --                              and, if fenced, a new token (the counter incremented); a reentry has the new
 --                              count and the current token (the one its first acquisition got). token is 0
---                              when the lock is not fenced. now is Redis's clock (ms, see lib/hold.lua).
+--                              when the lock is not fenced. clock is Redis's clock (ms) for a hold with a
+--                              budget, else 0 (see lib/hold.lua).
 --         {0, pttl, names}     when another owner holds it; pttl is the lock's remaining time to live in
 --                              milliseconds, or -1 when the key has no expiry (a waiter then waits for the
 --                              release message alone). A waiting owner (ARGV[4]) is among the waiting
@@ -40,16 +41,22 @@
 -- @include lib/undone.lua
 -- @include lib/kinds.lua
 
-if undone(KEYS[2], ARGV[2], ARGV[3]) then
+-- A free name, the common case, answers every check below at once: no key of the lock, its undone marks
+-- or another kind's companions exists (one EXISTS, where each check would read its own key).
+local free = redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]) == 0
+if not free and undone(KEYS[2], ARGV[2], ARGV[3]) then
   return {-2, 0, 0}
 end
 
-local t = key_type(KEYS[1])
+local t = 'none'
+if not free then
+  t = key_type(KEYS[1])
+end
 local refused = lock_refusal(KEYS[1], t, false)
 if refused then
   return refused
 end
-local ttl, at = hold_ttl(ARGV[1])
+local ttl, at, budgeted = hold_ttl(ARGV[1])
 if ttl <= 0 then -- the hold's budget is spent (see hold_ttl in lib/clock.lua)
   return {-3, 0, 0}
 end
@@ -58,16 +65,16 @@ if t == 'hash' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   if waits then
     redis.call('zrem', KEYS[6], ARGV[2])
   end
-  return reenter(KEYS[1], ARGV[2], ttl, at, KEYS[7])
+  return reenter(KEYS[1], ARGV[2], ttl, at, KEYS[7], budgeted)
 end
-if redis.call('exists', KEYS[3], KEYS[4], KEYS[5]) > 0 then
+if not free and redis.call('exists', KEYS[3], KEYS[4], KEYS[5]) > 0 then
   return refusal('WRONGKIND', other_kind(KEYS[3], 'fairlock', KEYS[4], 'rwlock', KEYS[5], 'election'), t)
 end
 if t == 'none' then
   if waits then
     redis.call('zrem', KEYS[6], ARGV[2])
   end
-  return first_hold(KEYS[1], ARGV[2], ttl, at, KEYS[7])
+  return first_hold(KEYS[1], ARGV[2], ttl, at, KEYS[7], budgeted)
 end
 if waits then
   keep_alive(KEYS[6], ARGV[2], now_ms(), tonumber(ARGV[5]))

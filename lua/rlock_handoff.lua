@@ -13,7 +13,8 @@
 -- ARGV[8]     the id of the handoff, as the next owner's acquisition attempt: its Client undoes it as it
 --             undoes an attempt whose reply was lost (see lib/undone.lua), and a handoff that arrives
 --             after its undo hands nothing: the release is then announced as rlock_release.lua's is
--- ARGV[9]     how long the next owner's hold lives, in milliseconds (its lease, or the watchdog timeout)
+-- ARGV[9]     how long the next owner's hold lives, in milliseconds (its lease, or the watchdog timeout),
+--             then '@' when it has a budget (see hold_ttl in lib/clock.lua)
 -- ARGV[10]    the releasing Client's ID
 -- ARGV[11]    as rlock_release.lua's ARGV[7]: how long a repeat's void mark lives (a handoff is always a
 --             first sending: repeats are sent as rlock_release.lua, but a void handoff changes nothing)
@@ -25,9 +26,9 @@
 --                          ''): woke is 1 when it named a waiter of another Client, 2 when it named nobody
 --                          and somebody heard Redisson's unlock message, 3 when both, else 0 (see
 --                          announce_release in lib/waiters.lua);
---         {0, 1, token, now} when the lock went to the next owner: one hold, living ARGV[9] ms, with token
+--         {0, 1, token, clock} when the lock went to the next owner: one hold, living ARGV[9] ms, with token
 --                          as a first acquisition's fencing token (0 when the lock is not fenced) and
---                          now, Redis's clock (see lib/hold.lua); the next owner left relock's waiting
+--                          clock, as an acquisition's (see lib/hold.lua); the next owner left relock's waiting
 --                          owners, and nobody was woken;
 --         an error RELOCK_... when the key is no reentrant lock's (see lib/kinds.lua): nothing changed.
 -- @include lib/clock.lua
@@ -55,5 +56,6 @@ if not hands then
   return {0, 0, announce_release(KEYS[5], KEYS[6], KEYS[2], ARGV[5], ARGV[2], ARGV[6], yield)}
 end
 redis.call('zrem', KEYS[5], ARGV[7])
-local granted = first_hold(KEYS[1], ARGV[7], tonumber(ARGV[9]), nil, KEYS[8])
+local ttl, _, budgeted = hold_ttl(ARGV[9]) -- '<ms>', or '<ms>@' for a hold with a budget
+local granted = first_hold(KEYS[1], ARGV[7], ttl, nil, KEYS[8], budgeted)
 return {0, 1, granted[3], granted[4]}

@@ -14,8 +14,8 @@
 -- ARGV[4]     the attempt's id: its Client undoes a takeover whose reply was lost as it undoes an
 --             acquisition (see lib/undone.lua)
 --
--- Returns {1, 1, token, now} the owner holds the lock now (token 0 when the lock is not fenced; now:
---                           Redis's clock, see lib/hold.lua);
+-- Returns {1, 1, token, clock} the owner holds the lock now (token 0 when the lock is not fenced; clock:
+--                           as an acquisition's, see lib/hold.lua);
 --         {0, 0, 0}         a holder has no live marker of ARGV[3], heard: nothing changed;
 --         {-2, 0, 0}        the takeover was undone before it arrived: nothing changed;
 --         {-3, 0, 0}        ARGV[1]'s budget had ended (see hold_ttl): nothing changed;
@@ -53,7 +53,7 @@ if ARGV[3] ~= '*' then
     end
   end
 end
-local ttl, at = hold_ttl(ARGV[1])
+local ttl, at, budgeted = hold_ttl(ARGV[1])
 if ttl <= 0 then -- the hold's budget is spent (see hold_ttl in lib/clock.lua)
   return {-3, 0, 0}
 end
@@ -63,4 +63,4 @@ for _, f in ipairs(holders) do
 end
 redis.call('del', KEYS[1])
 redis.call('zrem', KEYS[6], ARGV[2])
-return first_hold(KEYS[1], ARGV[2], ttl, at, KEYS[7])
+return first_hold(KEYS[1], ARGV[2], ttl, at, KEYS[7], budgeted)

@@ -18,8 +18,8 @@
 --          the read-hold keys share the lock's slot
 -- ARGV[5]  the attempt's id
 --
--- Returns {1, readCount, 0, now} when the owner now holds the read lock (first or reentrant); now is
---                           Redis's clock (ms, see lib/hold.lua);
+-- Returns {1, readCount, 0, clock} when the owner now holds the read lock (first or reentrant); clock is
+--                           as an acquisition's (see lib/hold.lua);
 --         {0, wait, 0}      when it must wait: wait (ms) is how long it may sleep before trying again
 --                           unless notified: the lock's remaining time to live when a writer holds it
 --                           (-1: no expiry), or the time until the first live priority writer's entry
@@ -45,7 +45,7 @@ if refused then
   return refused
 end
 
-local ttl, at = hold_ttl(ARGV[1])
+local ttl, at, budgeted = hold_ttl(ARGV[1])
 if ttl <= 0 then -- the hold's budget is spent (see hold_ttl in lib/clock.lua)
   return {-3, 0, 0}
 end
@@ -67,7 +67,7 @@ local function hold()
     redis.call('set', prefix .. n, 1, 'PX', ttl)
   end
   extend(KEYS[1], ttl, at)
-  return {1, n, 0, now_ms()}
+  return {1, n, 0, grant_clock(budgeted)}
 end
 
 -- Writers that asked for priority and are still alive make new readers wait (a reader already holding

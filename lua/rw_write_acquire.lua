@@ -15,8 +15,8 @@
 -- ARGV[6]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
 -- ARGV[7]  the attempt's id
 --
--- Returns {1, writeCount, token, now} when the owner now holds the write lock (token: 0 when not fenced;
---                                now: Redis's clock, see lib/hold.lua);
+-- Returns {1, writeCount, token, clock} when the owner now holds the write lock (token: 0 when not fenced;
+--                                clock: as an acquisition's, see lib/hold.lua);
 --         {0, wait, 0}           when it must wait: wait is how long the lock may still be held unless
 --                                renewed, in milliseconds (-1: no bound): the writer's time to live, or
 --                                the longest of the live readers' (see read_hold_ttl in lib/readers.lua);
@@ -42,7 +42,7 @@ if refused then
   return refused
 end
 
-local ttl, at = hold_ttl(ARGV[1])
+local ttl, at, budgeted = hold_ttl(ARGV[1])
 if ttl <= 0 then -- the hold's budget is spent (see hold_ttl in lib/clock.lua)
   return {-3, 0, 0}
 end
@@ -82,10 +82,10 @@ end
 if not mode then
   redis.call('hset', KEYS[1], 'mode', 'write')
   redis.call('zrem', KEYS[2], writer)
-  return first_hold(KEYS[1], writer, ttl, at, KEYS[6])
+  return first_hold(KEYS[1], writer, ttl, at, KEYS[6], budgeted)
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
-  return reenter(KEYS[1], writer, ttl, at, KEYS[6])
+  return reenter(KEYS[1], writer, ttl, at, KEYS[6], budgeted)
 end
 if ARGV[4] ~= '' and ARGV[5] == '1' then
   local now = now_ms()
