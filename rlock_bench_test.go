@@ -48,10 +48,14 @@ type rawLock struct {
 }
 
 func newRawLock(b *testing.B, rdb rueidis.Client, name, owner string) *rawLock {
-	load := func(name string) *rueidis.Lua { return rawScript(b, name) }
+	return newRawLockWith(rdb, rawScript(b, "rlock_acquire"), rawScript(b, "rlock_release"), name, owner)
+}
+
+// newRawLockWith is newRawLock with the scripts loaded already.
+func newRawLockWith(rdb rueidis.Client, acquire, release *rueidis.Lua, name, owner string) *rawLock {
 	field := "00000000-0000-0000-0000-000000000000:" + owner
 	return &rawLock{
-		rdb: rdb, acquire: load("rlock_acquire"), release: load("rlock_release"),
+		rdb: rdb, acquire: acquire, release: release,
 		// The lock, its undone attempts, and the companions of other kinds that it reads (lua/lib/kinds.lua).
 		acqKeys: []string{name, "relock_undone:{" + name + "}", "redisson_lock_queue:{" + name + "}",
 			"relock_rwlock_writers:{" + name + "}", "relock_election:{" + name + "}", "relock_lock_waiters:{" + name + "}"},

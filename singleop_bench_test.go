@@ -1,0 +1,222 @@
+package relock_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock"
+)
+
+// The minimal reentrant-hash pair: the least a reentrant lock on a Redis hash must run, and what
+// BenchmarkSingleOperation compares relock's Lock+Unlock with. The acquisition takes the lock when it is
+// free or the owner's (HINCRBY, PEXPIRE) and otherwise answers the holder's PTTL; the release decrements
+// the owner's count and, at zero, deletes the lock and publishes the unlock message.
+var (
+	minimalAcquire = rueidis.NewLuaScript(`
+if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+return redis.call('pttl', KEYS[1])`)
+	minimalRelease = rueidis.NewLuaScript(`
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return nil
+end
+if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[3])
+  return 0
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[2])
+return 1`)
+)
+
+// processCPU is this process's CPU time so far, user and system: the client's whole cost, the runtime's
+// wake-ups, timers and syscalls included.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// schedulings is how many times the runtime has made a goroutine run after it became runnable (the
+// count of /sched/latencies:seconds): goroutines woken by channels, timers, the network poller.
+func schedulings() uint64 {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	var n uint64
+	for _, c := range s[0].Value.Float64Histogram().Counts {
+		n += c
+	}
+	return n
+}
+
+// scriptUsec is the time Redis has spent running scripts (EVAL and EVALSHA), in microseconds, and its
+// main thread's CPU time.
+func scriptUsec(b *testing.B, rdb rueidis.Client) (scripts, cpu float64) {
+	ctx := context.Background()
+	stats, err := rdb.Do(ctx, rdb.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(stats, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for f := range strings.SplitSeq(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				scripts += n
+			}
+		}
+	}
+	info, err := rdb.Do(ctx, rdb.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		for _, k := range []string{"used_cpu_sys_main_thread:", "used_cpu_user_main_thread:"} {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), k); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				cpu += n * 1e6
+			}
+		}
+	}
+	return scripts, cpu
+}
+
+// BenchmarkSingleOperation interleaves blocks of uncontended Lock+Unlock pairs of three contenders on one
+// goroutine, through one rueidis client: the minimal reentrant-hash pair, relock's own scripts run raw,
+// and relock's Lock+Unlock. For each it reports the median pair's time, this process's CPU per pair
+// (getrusage: everything the pair makes the runtime do), Redis's main-thread CPU, the time Redis spent
+// in scripts, and the allocations (MemStats.Mallocs, the process's), per pair; and relock's ratios to the
+// minimal pair. With "new-key", every pair is on a name never used before (relock's makes its lock object
+// for it, as a caller locking per order or user does); with "same-key", on one name, and one lock object.
+//
+//	go test -run '^$' -bench SingleOperation -benchtime 20x -count 1
+func BenchmarkSingleOperation(b *testing.B) {
+	for _, same := range []bool{false, true} {
+		b.Run(map[bool]string{false: "new-key", true: "same-key"}[same], func(b *testing.B) {
+			singleOperation(b, same)
+		})
+	}
+}
+
+func singleOperation(b *testing.B, sameKey bool) {
+	rdb, c := benchClient(b)
+	ctx := context.Background()
+	const field = "00000000-0000-0000-0000-000000000000:1"
+	const block = 200 // pairs a contender runs in a row
+	// Every contender takes the same names, one after the other: rueidis picks a connection by a key's
+	// slot, so that different names would measure different connections. What a block needs is made
+	// before it starts: the harness's own allocations are not counted.
+	type target struct {
+		name    string
+		minimal [2][]string // the minimal pair's keys: acquire, release
+		raw     *rawLock
+		lock    *relock.RLock // same-key only: the one lock object
+	}
+	rawAcquire, rawRelease := rawScript(b, "rlock_acquire"), rawScript(b, "rlock_release")
+	targets := make([]target, block)
+	prepare := func(round int) {
+		for k := range targets {
+			name := "bench:single"
+			if !sameKey {
+				name = fmt.Sprintf("bench:single:%d:%d", round, k)
+			} else if targets[k].name == name {
+				continue
+			}
+			raw := newRawLockWith(rdb, rawAcquire, rawRelease, name, "1")
+			targets[k] = target{name: name, raw: raw, lock: c.Lock(name),
+				minimal: [2][]string{{name}, {name, "redisson_lock__channel:{" + name + "}"}}}
+		}
+	}
+	minimalAcquireArgs, minimalReleaseArgs := []string{"30000", field}, []string{field, "0", "30000"}
+	type contender struct {
+		name                  string
+		pair                  func(t *target) error
+		lat                   []time.Duration
+		cpu, redisCPU, script float64
+		mallocs, scheds       uint64
+		n                     int
+	}
+	contenders := []*contender{
+		{name: "minimal", pair: func(t *target) error {
+			if err := minimalAcquire.Exec(ctx, rdb, t.minimal[0], minimalAcquireArgs).Error(); err != nil && !rueidis.IsRedisNil(err) {
+				return err
+			}
+			return minimalRelease.Exec(ctx, rdb, t.minimal[1], minimalReleaseArgs).Error()
+		}},
+		{name: "raw", pair: func(t *target) error { return t.raw.lockUnlock(ctx) }},
+		{name: "relock", pair: func(t *target) error {
+			l := t.lock
+			if !sameKey {
+				l = c.Lock(t.name)
+			}
+			if err := l.Lock(ctx); err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}},
+	}
+	for _, ct := range contenders {
+		ct.lat = make([]time.Duration, 0, 64*block)
+	}
+	round := 0
+	for b.Loop() {
+		prepare(round)
+		order := slices.Clone(contenders)
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
+		round++
+		for _, ct := range order {
+			s0, r0 := scriptUsec(b, rdb)
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			g0 := schedulings()
+			c0 := processCPU()
+			for k := range targets {
+				t := time.Now()
+				if err := ct.pair(&targets[k]); err != nil {
+					b.Fatal(ct.name, err)
+				}
+				ct.lat = append(ct.lat, time.Since(t))
+			}
+			ct.cpu += float64(processCPU() - c0)
+			runtime.ReadMemStats(&m1)
+			ct.mallocs += m1.Mallocs - m0.Mallocs
+			ct.scheds += schedulings() - g0
+			s1, r1 := scriptUsec(b, rdb)
+			ct.script += s1 - s0
+			ct.redisCPU += r1 - r0
+			ct.n += block
+		}
+	}
+	res := map[string][4]float64{}
+	for _, ct := range contenders {
+		n := float64(ct.n)
+		slices.Sort(ct.lat)
+		res[ct.name] = [4]float64{float64(ct.lat[len(ct.lat)/2].Nanoseconds()) / 1e3, ct.cpu / n / 1e3, ct.redisCPU / n, ct.script / n}
+		b.ReportMetric(res[ct.name][0], ct.name+"-p50-µs")
+		b.ReportMetric(res[ct.name][1], ct.name+"-cpu-µs")
+		b.ReportMetric(res[ct.name][2], ct.name+"-rediscpu-µs")
+		b.ReportMetric(res[ct.name][3], ct.name+"-script-µs")
+		b.ReportMetric(float64(ct.mallocs)/n, ct.name+"-allocs")
+		b.ReportMetric(float64(ct.scheds)/n, ct.name+"-wakeups")
+	}
+	b.ReportMetric(res["relock"][0]/res["minimal"][0], "p50/minimal")
+	b.ReportMetric(res["relock"][1]/res["minimal"][1], "cpu/minimal")
+	b.ReportMetric(res["relock"][3]/res["minimal"][3], "script/minimal")
+}
