@@ -96,13 +96,17 @@ func scriptUsec(b *testing.B, rdb rueidis.Client) (scripts, cpu float64) {
 	return scripts, cpu
 }
 
-// BenchmarkSingleOperation interleaves blocks of uncontended Lock+Unlock pairs of three contenders on one
-// goroutine, through one rueidis client: the minimal reentrant-hash pair, relock's own scripts run raw,
-// and relock's Lock+Unlock. For each it reports the median pair's time, this process's CPU per pair
-// (getrusage: everything the pair makes the runtime do), Redis's main-thread CPU, the time Redis spent
-// in scripts, and the allocations (MemStats.Mallocs, the process's), per pair; and relock's ratios to the
-// minimal pair. With "new-key", every pair is on a name never used before (relock's makes its lock object
-// for it, as a caller locking per order or user does); with "same-key", on one name, and one lock object.
+// BenchmarkSingleOperation interleaves blocks of uncontended Lock+Unlock pairs on one goroutine: the
+// minimal reentrant-hash pair and relock's Lock+Unlock, each on two rueidis clients: one with rueidis's
+// defaults, on which a call alone on its connection is written and read by the calling goroutine (relock
+// through Wrap: "wrap"), and one that always pipelines (ClientOption.AlwaysPipelining), on which every call
+// goes through the connection's writer and reader goroutines, as on every Client that New makes ("new";
+// see NewContext for why it does). For each it reports the median pair's time, this process's CPU per pair
+// (getrusage: everything the pair makes the runtime do), Redis's main-thread CPU, the time Redis spent in
+// scripts, the allocations (MemStats.Mallocs) and the goroutine wake-ups (/sched/latencies) per pair; and
+// relock's ratios to the minimal pair on the same kind of client. With "new-key", every pair is on a name
+// never used before (relock's makes its lock object for it, as a caller locking per order or user does);
+// with "same-key", on one name, and one lock object.
 //
 //	go test -run '^$' -bench SingleOperation -benchtime 20x -count 1
 func BenchmarkSingleOperation(b *testing.B) {
@@ -114,7 +118,17 @@ func BenchmarkSingleOperation(b *testing.B) {
 }
 
 func singleOperation(b *testing.B, sameKey bool) {
-	rdb, c := benchClient(b)
+	rdb, wrapped := benchClient(b)
+	piped, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr}, DisableCache: true, AlwaysPipelining: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer piped.Close()
+	made, err := relock.New([]string{redisAddr}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer made.Close()
 	ctx := context.Background()
 	const field = "00000000-0000-0000-0000-000000000000:1"
 	const block = 200 // pairs a contender runs in a row
@@ -123,11 +137,9 @@ func singleOperation(b *testing.B, sameKey bool) {
 	// before it starts: the harness's own allocations are not counted.
 	type target struct {
 		name    string
-		minimal [2][]string // the minimal pair's keys: acquire, release
-		raw     *rawLock
-		lock    *relock.RLock // same-key only: the one lock object
+		minimal [2][]string      // the minimal pair's keys: acquire, release
+		locks   [2]*relock.RLock // same-key only: the lock objects, wrap's and new's
 	}
-	rawAcquire, rawRelease := rawScript(b, "rlock_acquire"), rawScript(b, "rlock_release")
 	targets := make([]target, block)
 	prepare := func(round int) {
 		for k := range targets {
@@ -137,12 +149,31 @@ func singleOperation(b *testing.B, sameKey bool) {
 			} else if targets[k].name == name {
 				continue
 			}
-			raw := newRawLockWith(rdb, rawAcquire, rawRelease, name, "1")
-			targets[k] = target{name: name, raw: raw, lock: c.Lock(name),
+			targets[k] = target{name: name, locks: [2]*relock.RLock{wrapped.Lock(name), made.Lock(name)},
 				minimal: [2][]string{{name}, {name, "redisson_lock__channel:{" + name + "}"}}}
 		}
 	}
 	minimalAcquireArgs, minimalReleaseArgs := []string{"30000", field}, []string{field, "0", "30000"}
+	minimal := func(rdb rueidis.Client) func(t *target) error {
+		return func(t *target) error {
+			if err := minimalAcquire.Exec(ctx, rdb, t.minimal[0], minimalAcquireArgs).Error(); err != nil && !rueidis.IsRedisNil(err) {
+				return err
+			}
+			return minimalRelease.Exec(ctx, rdb, t.minimal[1], minimalReleaseArgs).Error()
+		}
+	}
+	lock := func(c *relock.Client, i int) func(t *target) error {
+		return func(t *target) error {
+			l := t.locks[i]
+			if !sameKey {
+				l = c.Lock(t.name)
+			}
+			if err := l.Lock(ctx); err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}
+	}
 	type contender struct {
 		name                  string
 		pair                  func(t *target) error
@@ -152,23 +183,10 @@ func singleOperation(b *testing.B, sameKey bool) {
 		n                     int
 	}
 	contenders := []*contender{
-		{name: "minimal", pair: func(t *target) error {
-			if err := minimalAcquire.Exec(ctx, rdb, t.minimal[0], minimalAcquireArgs).Error(); err != nil && !rueidis.IsRedisNil(err) {
-				return err
-			}
-			return minimalRelease.Exec(ctx, rdb, t.minimal[1], minimalReleaseArgs).Error()
-		}},
-		{name: "raw", pair: func(t *target) error { return t.raw.lockUnlock(ctx) }},
-		{name: "relock", pair: func(t *target) error {
-			l := t.lock
-			if !sameKey {
-				l = c.Lock(t.name)
-			}
-			if err := l.Lock(ctx); err != nil {
-				return err
-			}
-			return l.Unlock(ctx)
-		}},
+		{name: "minimal-wrap", pair: minimal(rdb)},
+		{name: "relock-wrap", pair: lock(wrapped, 0)},
+		{name: "minimal-new", pair: minimal(piped)},
+		{name: "relock-new", pair: lock(made, 1)},
 	}
 	for _, ct := range contenders {
 		ct.lat = make([]time.Duration, 0, 64*block)
@@ -195,9 +213,9 @@ func singleOperation(b *testing.B, sameKey bool) {
 				ct.lat = append(ct.lat, time.Since(t))
 			}
 			ct.cpu += float64(processCPU() - c0)
+			ct.scheds += schedulings() - g0
 			runtime.ReadMemStats(&m1)
 			ct.mallocs += m1.Mallocs - m0.Mallocs
-			ct.scheds += schedulings() - g0
 			s1, r1 := scriptUsec(b, rdb)
 			ct.script += s1 - s0
 			ct.redisCPU += r1 - r0
@@ -216,7 +234,10 @@ func singleOperation(b *testing.B, sameKey bool) {
 		b.ReportMetric(float64(ct.mallocs)/n, ct.name+"-allocs")
 		b.ReportMetric(float64(ct.scheds)/n, ct.name+"-wakeups")
 	}
-	b.ReportMetric(res["relock"][0]/res["minimal"][0], "p50/minimal")
-	b.ReportMetric(res["relock"][1]/res["minimal"][1], "cpu/minimal")
-	b.ReportMetric(res["relock"][3]/res["minimal"][3], "script/minimal")
+	for _, c := range []string{"wrap", "new"} {
+		r, m := res["relock-"+c], res["minimal-"+c]
+		b.ReportMetric(r[0]/m[0], c+"-p50/minimal")
+		b.ReportMetric(r[1]/m[1], c+"-cpu/minimal")
+		b.ReportMetric(r[3]/m[3], c+"-script/minimal")
+	}
 }

@@ -196,7 +196,13 @@ func uncontended(r *report, addr, title string, lat time.Duration) {
 	ls, rdb, raw, done := contenders(addr)
 	defer done()
 	// The floors run bounded like the libraries, so that the ratios compare like with like.
-	floors := []locker{&bounded{locker: pingLocker{rdb}}, &bounded{locker: rawLocker{raw}}}
+	piped, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, AlwaysPipelining: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer piped.Close()
+	floors := []locker{&bounded{locker: pingLocker{rdb}}, &bounded{locker: minimalLocker{newMinimalScripts(rdb)}},
+		&bounded{locker: pipedMinimal{minimalLocker{newMinimalScripts(piped)}}}, &bounded{locker: rawLocker{raw}}}
 	ops := map[string]func() error{}
 	for _, l := range append(floors, ls...) {
 		ops[l.name()] = func() error {
@@ -208,28 +214,34 @@ func uncontended(r *report, addr, title string, lat time.Duration) {
 		}
 	}
 	// Interleave: every round runs each operation once, so noise hits them alike.
-	names := []string{"two PINGs", "raw scripts"}
+	names := []string{"two PINGs", minimalName, pipedMinimalName, "raw scripts"}
 	for _, l := range ls {
 		names = append(names, l.name())
 	}
 	samples := interleaved(dur(20*time.Second), names, ops)
+	spent := costs(rdb, dur(8*time.Second), names, ops)
 	note := "Each round runs every operation once, interleaved. Each peer in its defaults and in its best documented configuration (\"best\"). Every call, the floors' and relock's too, runs bounded (see Bounds above): a PING or a raw script counts as a lock or an unlock call; hung: calls that did not complete within " + bound.String() + " (left out of the latencies). Target: relock ≤ 1.1 × the raw scripts, and faster than every peer in every configuration."
 	if lat > 0 {
 		note = proxyNote(lat) + " Lock+Unlock is two round trips, so no contender can take less than " + msText(4*lat) + "; the two PINGs show what the proxy itself costs. " +
 			"Each round runs every operation once, interleaved. Each peer in its defaults and in its best documented configuration (\"best\"). Every call runs bounded as above; hung: calls that did not complete within " + bound.String() + " (left out of the latencies). " +
 			"Target: relock ≤ 1.1 × the raw scripts: whatever relock does besides its two scripts must not add round trips."
 	}
+	note += " Client CPU, Redis CPU and script time are per Lock+Unlock, measured apart in blocks of 200 calls of one contender, the contenders in turn: the client's is this process's CPU (getrusage), so it counts what a library makes the Go runtime do (wake-ups, timers, syscalls), and the bounded call's goroutine, which every contender pays alike; the script time is Redis's EVAL and EVALSHA time (a peer that sends plain commands shows less there, its cost being in Redis CPU). " +
+		"The minimal pair is the least a reentrant lock on a hash runs (acquire: EXISTS or HEXISTS, HINCRBY, PEXPIRE; release: HEXISTS, HINCRBY, DEL, PUBLISH), through a rueidis client in its defaults, which writes and reads a call alone on its connection on the calling goroutine; relock's targets: ≤ 1.15 × its p50, ≤ 1.3 × its client CPU, ≤ 2 × its script time. \"" + pipedMinimalName + "\" is the same pair through a rueidis client that always pipelines (ClientOption.AlwaysPipelining, as relock.New's client does: every call goes through the connection's writer and reader goroutines, so that a call's deadline never breaks a connection that other calls share): relock against it is relock's own cost; it against the minimal pair is that choice's."
 	sec := section{title: title, note: note,
-		head: []string{"", "p50", "p99", "mean", "allocs/op", "× raw scripts", "hung"}}
+		head: []string{"", "p50", "p99", "mean", "allocs/op", "client CPU", "Redis CPU", "script time", "× minimal pair (p50)", "× raw scripts", "hung"}}
 	rawMean := float64(mean(samples["raw scripts"]))
+	minimalP50 := float64(pct(samples[minimalName], .5))
 	hung := map[string]string{}
 	for _, l := range ls {
 		hung[l.name()] = hungCount(l)
 	}
 	for _, n := range names {
 		ds := samples[n]
+		c := spent[n]
 		sec.rows = append(sec.rows, []string{n, us(pct(ds, .5)), us(pct(ds, .99)), us(mean(ds)),
-			fmt.Sprintf("%.0f", allocsPerOp(200, ops[n])), fmt.Sprintf("%.2f", float64(mean(ds))/rawMean), hung[n]})
+			fmt.Sprintf("%.0f", allocsPerOp(200, ops[n])), us(c.client), us(c.redis), us(c.script),
+			fmt.Sprintf("%.2f", float64(pct(ds, .5))/minimalP50), fmt.Sprintf("%.2f", float64(mean(ds))/rawMean), hung[n]})
 		if lat == 0 {
 			r.chart1 = append(r.chart1, bar{n, float64(mean(ds).Microseconds())})
 		}
@@ -241,11 +253,24 @@ func uncontended(r *report, addr, title string, lat time.Duration) {
 			bestPeer, bestName = m, l.name()
 		}
 	}
+	relockP50, m, rc := float64(pct(samples["relock"], .5)), spent[minimalName], spent["relock"]
+	pm, pipedP50 := spent[pipedMinimalName], float64(pct(samples[pipedMinimalName], .5))
 	sec.verdicts = append(sec.verdicts,
-		verdict(relockMean/rawMean <= 1.1, "relock = %.2f × the raw scripts (target ≤ 1.1)", relockMean/rawMean))
+		fmt.Sprintf("**against the same pair always pipelining**: relock's p50 = %.2f ×, client CPU = %.2f ×, script time = %.2f ×",
+			relockP50/pipedP50, float64(rc.client)/float64(pm.client), float64(rc.script)/float64(pm.script)),
+		verdict(relockP50 <= 1.15*minimalP50, "relock's p50 = %.2f × the minimal pair's (target ≤ 1.15)", relockP50/minimalP50),
+		verdict(rc.client <= m.client*13/10, "relock's client CPU = %.2f × the minimal pair's (target ≤ 1.3)", float64(rc.client)/float64(m.client)),
+		verdict(rc.script <= 2*m.script, "relock's script time = %.2f × the minimal pair's (target ≤ 2)", float64(rc.script)/float64(m.script)))
 	if lat == 0 {
+		bestP50, bestP50Name := 0.0, ""
+		for _, l := range ls[1:] {
+			if p := float64(pct(samples[l.name()], .5)); bestP50 == 0 || p < bestP50 {
+				bestP50, bestP50Name = p, l.name()
+			}
+		}
 		sec.verdicts = append(sec.verdicts,
-			verdict(relockMean < bestPeer, "relock = %.2f × the fastest peer in any configuration, %s (target < 1)", relockMean/bestPeer, bestName))
+			verdict(relockMean < bestPeer, "relock's mean = %.2f × the fastest peer's in any configuration, %s (target < 1)", relockMean/bestPeer, bestName),
+			verdict(relockP50 <= bestP50, "relock's p50 = %.2f × the fastest peer's in any configuration, %s (target ≤ 1)", relockP50/bestP50, bestP50Name))
 	}
 	r.add(sec)
 }
@@ -254,7 +279,7 @@ func uncontended(r *report, addr, title string, lat time.Duration) {
 // under title; lat as for uncontended.
 func parallel(r *report, addr, title string, lat time.Duration) {
 	ctx := context.Background()
-	ls, _, raw, done := contenders(addr)
+	ls, rdb, raw, done := contenders(addr)
 	defer done()
 	run := func(op func(g int) error) float64 {
 		var n atomic.Int64
@@ -288,7 +313,8 @@ func parallel(r *report, addr, title string, lat time.Duration) {
 	}
 	var names []string
 	rates := map[string]float64{}
-	for _, l := range append([]locker{&bounded{locker: rawLocker{raw}}}, ls...) {
+	minimal := &bounded{locker: minimalLocker{newMinimalScripts(rdb)}}
+	for _, l := range append([]locker{minimal, &bounded{locker: rawLocker{raw}}}, ls...) {
 		rates[l.name()] = run(func(g int) error {
 			unlock, err := l.lock(ctx, fmt.Sprintf("bench:parallel:%s:%d", l.name(), g))
 			if err != nil {
@@ -316,6 +342,10 @@ func parallel(r *report, addr, title string, lat time.Duration) {
 		sec.rows = append(sec.rows, []string{n, fmt.Sprintf("%.0f", rates[n]), fmt.Sprintf("%.2f", rates[n]/best), hung[n]})
 		r.chart2 = append(r.chart2, bar{n, rates[n]})
 	}
+	rue := max(rates["rueidislock"], rates["rueidislock best"])
+	sec.verdicts = append(sec.verdicts,
+		verdict(rates["relock"] >= 0.8*rates[minimalName], "relock = %.2f × the minimal pair (target ≥ 0.8)", rates["relock"]/rates[minimalName]),
+		verdict(rates["relock"] >= rue, "relock = %.2f × rueidislock in its best configuration (target ≥ 1)", rates["relock"]/rue))
 	if lat > 0 {
 		sec.verdicts = append(sec.verdicts,
 			verdict(rates["relock"] >= 0.95*rates["raw scripts"], "relock = %.2f × the raw scripts (target ≥ 0.95)", rates["relock"]/rates["raw scripts"]),
@@ -648,6 +678,43 @@ func interleaved(d time.Duration, names []string, ops map[string]func() error) m
 		slices.Sort(ds)
 	}
 	return samples
+}
+
+// cost is what one call costs: this process's CPU (getrusage: the library's own work and what it makes the
+// runtime do, wake-ups, timers, syscalls), Redis's CPU (INFO cpu), and the time Redis spent running
+// scripts (commandstats: EVAL and EVALSHA, the commands they call included).
+type cost struct{ client, redis, script time.Duration }
+
+// costs runs each of ops (named by names) in blocks of calls, one contender after another, the order
+// reversed every round, for d, and returns each one's cost per call. Nothing else runs meanwhile, so each
+// block's differences are its own.
+func costs(rdb rueidis.Client, d time.Duration, names []string, ops map[string]func() error) map[string]cost {
+	const block = 200
+	sums, calls := map[string]cost{}, map[string]int{}
+	order := slices.Clone(names)
+	for end := time.Now().Add(d); time.Now().Before(end); slices.Reverse(order) {
+		for _, n := range order {
+			_, s0 := commandStats(rdb, "eval", "evalsha")
+			r0, c0 := redisCPU(rdb), cpuTime()
+			for range block {
+				if err := ops[n](); err != nil && !tolerate(err) {
+					log.Fatalf("%s: %v", n, err)
+				}
+			}
+			c1, r1 := cpuTime(), redisCPU(rdb)
+			_, s1 := commandStats(rdb, "eval", "evalsha")
+			c := sums[n]
+			sums[n] = cost{client: c.client + c1 - c0, redis: c.redis + r1 - r0,
+				script: c.script + time.Duration((s1-s0)*float64(time.Microsecond))}
+			calls[n] += block
+		}
+	}
+	out := map[string]cost{}
+	for n, c := range sums {
+		k := time.Duration(calls[n])
+		out[n] = cost{client: c.client / k, redis: c.redis / k, script: c.script / k}
+	}
+	return out
 }
 
 // relockOnly: FairLock handoff and ReadWriteLock read throughput, which the peers do not offer.

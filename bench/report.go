@@ -355,3 +355,67 @@ func (l pingLocker) lock(ctx context.Context, _ string) (func() error, error) {
 	return func() error { return l.rdb.Do(context.WithoutCancel(ctx), l.rdb.B().Ping().Build()).Error() }, nil
 }
 func (l pingLocker) close() {}
+
+// minimalScripts is the least a reentrant lock on a Redis hash must run, through rueidis: the acquisition
+// takes the lock when it is free or the owner's (HINCRBY, PEXPIRE) and otherwise answers the holder's
+// PTTL; the release decrements the owner's count and, at zero, deletes the lock and publishes the unlock
+// message. relock's scripts do more (fencing, other kinds' names, undone attempts, named waiters,
+// idempotent releases): this floor tells what that costs.
+type minimalScripts struct {
+	rdb              rueidis.Client
+	acquire, release *rueidis.Lua
+}
+
+func newMinimalScripts(rdb rueidis.Client) *minimalScripts {
+	return &minimalScripts{rdb: rdb,
+		acquire: rueidis.NewLuaScript(`
+if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+return redis.call('pttl', KEYS[1])`),
+		release: rueidis.NewLuaScript(`
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return nil
+end
+if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[3])
+  return 0
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[2])
+return 1`)}
+}
+
+// minimalLocker runs the minimal pair as a locker, bounded like the libraries.
+type minimalLocker struct{ m *minimalScripts }
+
+const minimalName = "minimal pair"
+
+func (l minimalLocker) name() string { return minimalName }
+func (l minimalLocker) lock(ctx context.Context, key string) (func() error, error) {
+	r := l.m.acquire.Exec(ctx, l.m.rdb, []string{key}, []string{"30000", rawField})
+	if err := r.Error(); !rueidis.IsRedisNil(err) {
+		if err == nil {
+			err = fmt.Errorf("minimal acquire: %q is held", key)
+		}
+		return nil, err
+	}
+	return func() error {
+		n, err := l.m.release.Exec(context.WithoutCancel(ctx), l.m.rdb, []string{key, "redisson_lock__channel:{" + key + "}"},
+			[]string{rawField, "0", "30000"}).AsInt64()
+		if err == nil && n != 1 {
+			err = fmt.Errorf("minimal release replied %d", n)
+		}
+		return err
+	}, nil
+}
+func (l minimalLocker) close() {}
+
+// pipedMinimal is the minimal pair on a rueidis client that always pipelines, as relock.New's does.
+type pipedMinimal struct{ minimalLocker }
+
+const pipedMinimalName = "minimal pair, always pipelining"
+
+func (pipedMinimal) name() string { return pipedMinimalName }
