@@ -3,6 +3,8 @@ package relock_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/metrics"
 	"slices"
@@ -17,30 +19,15 @@ import (
 	"github.com/relock-go/relock"
 )
 
-// The minimal reentrant-hash pair: the least a reentrant lock on a Redis hash must run, and what
-// BenchmarkSingleOperation compares relock's Lock+Unlock with. The acquisition takes the lock when it is
-// free or the owner's (HINCRBY, PEXPIRE) and otherwise answers the holder's PTTL; the release decrements
-// the owner's count and, at zero, deletes the lock and publishes the unlock message.
-var (
-	minimalAcquire = rueidis.NewLuaScript(`
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return nil
-end
-return redis.call('pttl', KEYS[1])`)
-	minimalRelease = rueidis.NewLuaScript(`
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  return nil
-end
-if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
-  redis.call('pexpire', KEYS[1], ARGV[3])
-  return 0
-end
-redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[2])
-return 1`)
-)
+// minimalScript loads the minimal reentrant-hash pair's script name (testdata/minimal: what a reentrant
+// lock on a Redis hash must run at least), the floor BenchmarkSingleOperation compares relock with.
+func minimalScript(b *testing.B, name string) *rueidis.Lua {
+	src, err := os.ReadFile(filepath.Join("testdata", "minimal", name+".lua"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rueidis.NewLuaScript(string(src))
+}
 
 // processCPU is this process's CPU time so far, user and system: the client's whole cost, the runtime's
 // wake-ups, timers and syscalls included.
@@ -153,6 +140,7 @@ func singleOperation(b *testing.B, sameKey bool) {
 				minimal: [2][]string{{name}, {name, "redisson_lock__channel:{" + name + "}"}}}
 		}
 	}
+	minimalAcquire, minimalRelease := minimalScript(b, "acquire"), minimalScript(b, "release")
 	minimalAcquireArgs, minimalReleaseArgs := []string{"30000", field}, []string{field, "0", "30000"}
 	minimal := func(rdb rueidis.Client) func(t *target) error {
 		return func(t *target) error {

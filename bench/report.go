@@ -356,10 +356,10 @@ func (l pingLocker) lock(ctx context.Context, _ string) (func() error, error) {
 }
 func (l pingLocker) close() {}
 
-// minimalScripts is the least a reentrant lock on a Redis hash must run, through rueidis: the acquisition
-// takes the lock when it is free or the owner's (HINCRBY, PEXPIRE) and otherwise answers the holder's
-// PTTL; the release decrements the owner's count and, at zero, deletes the lock and publishes the unlock
-// message. relock's scripts do more (fencing, other kinds' names, undone attempts, named waiters,
+// minimalScripts is the least a reentrant lock on a Redis hash must run (../testdata/minimal), through
+// rueidis: the acquisition takes the lock when it is free or the owner's (HINCRBY, PEXPIRE) and otherwise
+// answers the holder's PTTL; the release decrements the owner's count and, at zero, deletes the lock and
+// publishes the unlock message. relock's scripts do more (fencing, other kinds' names, undone attempts, named waiters,
 // idempotent releases): this floor tells what that costs.
 type minimalScripts struct {
 	rdb              rueidis.Client
@@ -367,25 +367,14 @@ type minimalScripts struct {
 }
 
 func newMinimalScripts(rdb rueidis.Client) *minimalScripts {
-	return &minimalScripts{rdb: rdb,
-		acquire: rueidis.NewLuaScript(`
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return nil
-end
-return redis.call('pttl', KEYS[1])`),
-		release: rueidis.NewLuaScript(`
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  return nil
-end
-if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
-  redis.call('pexpire', KEYS[1], ARGV[3])
-  return 0
-end
-redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[2])
-return 1`)}
+	load := func(name string) *rueidis.Lua {
+		src, err := os.ReadFile(filepath.Join("..", "testdata", "minimal", name+".lua"))
+		if err != nil {
+			log.Fatalf("reading the minimal pair (run from bench/): %v", err)
+		}
+		return rueidis.NewLuaScript(string(src))
+	}
+	return &minimalScripts{rdb: rdb, acquire: load("acquire"), release: load("release")}
 }
 
 // minimalLocker runs the minimal pair as a locker, bounded like the libraries.
