@@ -123,7 +123,10 @@ func redissonActor(s *sched, a *actor) {
 		c := &call{actor: a.id, client: a.client, owner: r.owner, waitFor: []int{0}, units: 1, redisson: true,
 			op: fmt.Sprintf("Redisson.tryLock(wait %v)", wait)}
 		c.invoke = s.h.now()
-		c.deadline = c.invoke + wait
+		// Redisson's tryLock(wait) makes its last attempt before the wait runs out, and waits for that
+		// command's reply up to its command timeout: it returns by then (relock's calls return by their
+		// ctx's deadline; Redisson takes no ctx).
+		c.deadline = c.invoke + wait + redissonCommandTimeout
 		ok, err := r.tryLock(wait, c)
 		c.ret, c.err, c.granted = s.h.now(), err, ok
 		s.h.addCall(c)
@@ -151,6 +154,10 @@ func redissonActor(s *sched, a *actor) {
 	}
 }
 
+// redissonCommandTimeout is how long the Redisson client waits for a command's reply: Redisson's default
+// (Config.timeout, 3000 ms).
+const redissonCommandTimeout = 3 * time.Second
+
 // mayHaveRun reports whether a command that failed with err may have run: Redis did not reply.
 func mayHaveRun(err error) bool {
 	_, isReply := rueidis.IsRedisErr(err)
@@ -159,7 +166,7 @@ func mayHaveRun(err error) bool {
 
 // attempt runs the acquire script once: whether the owner holds the lock, else the holder's time to live.
 func (r *redissonClient) attempt() (bool, time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), redissonCommandTimeout)
 	defer cancel()
 	res := redissonAcquire.Exec(ctx, r.rdb, []string{r.s.name}, []string{fmt.Sprint(r.lease.Milliseconds()), r.owner})
 	if rueidis.IsRedisNil(res.Error()) {
