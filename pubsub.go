@@ -60,13 +60,17 @@ type subscription struct {
 	subscribed bool        // confirmed by Redis on the current connection
 	pending    *subAttempt // the subscription new waiters wait for; nil when subscribed
 	resync     bool        // the connection was lost: wake every waiter once subscribed again
+	// Single server only: since when s, subscribed, has been needed by nobody, and its wanted count then
+	// (a join since counts the time afresh). See the loop's lingering.
+	idleSince  time.Time
+	idleWanted uint64
 
 	// Cluster only: the current receiver's generation, its stop function (nil when no receiver is
 	// wanted), and whether a receiver of that generation still runs.
 	gen       int
 	stop      context.CancelFunc
 	receiving bool
-	wanted    uint64 // counts the joins and listens that needed it (see loopCluster's lingering)
+	wanted    uint64 // counts the joins and listens that needed it (see both loops' lingering)
 }
 
 // subAttempt is one SUBSCRIBE that joiners wait for.

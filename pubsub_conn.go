@@ -9,11 +9,14 @@ import (
 // SUBSCRIBE and UNSUBSCRIBE the channels need, in the order they were decided, and restores the
 // subscriptions when the connection is lost.
 //
-// A channel nobody needs any more while others are still needed lingers, subscribed, for up to lingerFor:
-// dropping channels costs a new connection (see rotatingConn), so drops are gathered. A channel needed again
-// meanwhile is subscribed already. When no channel is needed, the connection goes at once.
+// A channel nobody needs any more lingers, subscribed, for lingerFor/2 to lingerFor after its last waiter
+// left: dropping channels costs a new connection (see rotatingConn), so drops are gathered, and a channel
+// needed again meanwhile is subscribed already: a Client whose waits on a lock come one at a time (two
+// Clients handing it back and forth) neither dials a connection nor waits for a SUBSCRIBE per wait. When
+// the lingering channels go and no channel is needed, the connection goes with them: an idle Client keeps
+// no subscription connection.
 
-// lingerFor is how long a channel nobody needs may stay subscribed beside channels still needed.
+// lingerFor is how long, at most, a channel nobody needs stays subscribed.
 const lingerFor = time.Second
 
 // loop owns the subscription connection and brings the subscriptions in Redis in line with the waiters.
@@ -24,13 +27,14 @@ func (h *hub) loop() {
 		return
 	}
 	var (
-		conn    subConn
-		connErr <-chan error
-		retry   *time.Timer
-		retryC  <-chan time.Time
-		backoff backoff // between attempts to restore the connection while waiters need it
-		linger  = time.NewTimer(time.Hour)
-		drop    bool // the lingering channels are due to go
+		conn     subConn
+		connErr  <-chan error
+		retry    *time.Timer
+		retryC   <-chan time.Time
+		backoff  backoff // between attempts to restore the connection while waiters need it
+		linger   = time.NewTimer(time.Hour)
+		drop     bool      // the timer fired: the channels that lingered long enough go
+		lingerAt time.Time // when the timer fires
 	)
 	linger.Stop()
 	lingerC := (<-chan time.Time)(nil)
@@ -65,12 +69,12 @@ func (h *hub) loop() {
 		if conn == nil {
 			continue
 		}
-		lingering, err := h.reconcile(conn, drop)
+		next, err := h.reconcile(conn, time.Now(), drop)
 		if err == nil {
 			drop = false
-			if lingering && lingerC == nil {
-				linger.Reset(lingerFor)
-				lingerC = linger.C
+			if !next.IsZero() && (lingerC == nil || next.Before(lingerAt)) {
+				linger.Reset(time.Until(next))
+				lingerC, lingerAt = linger.C, next
 			}
 		}
 		if err != nil {
@@ -123,16 +127,13 @@ func (h *hub) markSubscribedDirty() {
 }
 
 // reconcile sends the UNSUBSCRIBE and SUBSCRIBE commands the dirty channels need, in that order, and
-// records their outcome. A channel nobody needs lingers, subscribed (and reconcile reports so), while
-// other channels are needed, unless drop says the lingering ones go now. A non-nil error means the
-// connection is unusable.
-func (h *hub) reconcile(conn subConn, drop bool) (lingering bool, err error) {
+// records their outcome. A channel nobody needs lingers, subscribed, until lingerFor after it was last
+// needed; when due (the linger timer fired), those that have lingered at least lingerFor/2 go with the
+// ones whose time is up. next is when the earliest of the dirty channels still lingering is due to go,
+// zero if none is. A non-nil error means the connection is unusable.
+func (h *hub) reconcile(conn subConn, now time.Time, due bool) (next time.Time, err error) {
 	var subs, unsubs []string
 	h.mu.Lock()
-	needed := false
-	for _, s := range h.subs {
-		needed = needed || s.needed()
-	}
 	for ch, s := range h.dirty {
 		delete(h.dirty, ch)
 		switch {
@@ -141,11 +142,18 @@ func (h *hub) reconcile(conn subConn, drop bool) (lingering bool, err error) {
 				s.pending = &subAttempt{done: make(chan struct{})}
 			}
 			subs = append(subs, ch)
-		case !s.needed() && s.subscribed && needed && !drop:
-			lingering = true
 		case !s.needed() && s.subscribed:
+			if s.idleSince.IsZero() || s.idleWanted != s.wanted {
+				s.idleSince, s.idleWanted = now, s.wanted
+			}
+			if idle := now.Sub(s.idleSince); idle < lingerFor && (!due || idle < lingerFor/2) {
+				if end := s.idleSince.Add(lingerFor); next.IsZero() || end.Before(next) {
+					next = end
+				}
+				continue
+			}
 			// From here on new waiters must wait for a fresh SUBSCRIBE, sent after this UNSUBSCRIBE.
-			s.subscribed = false
+			s.subscribed, s.idleSince = false, time.Time{}
 			unsubs = append(unsubs, ch)
 		case s.idle():
 			h.dropLocked(s)
@@ -153,7 +161,7 @@ func (h *hub) reconcile(conn subConn, drop bool) (lingering bool, err error) {
 	}
 	h.mu.Unlock()
 	if len(subs) == 0 && len(unsubs) == 0 {
-		return lingering, nil
+		return next, nil
 	}
 
 	ctx, cancel := context.WithTimeout(h.life, subscribeTimeout)
@@ -196,7 +204,7 @@ func (h *hub) reconcile(conn subConn, drop bool) (lingering bool, err error) {
 			h.markDirtyLocked(s)
 		}
 	}
-	return lingering, err
+	return next, err
 }
 
 // dropLocked forgets s, which has no waiter left and is not subscribed, and ends its pending subscription
@@ -216,7 +224,7 @@ func (h *hub) dropLocked(s *subscription) {
 // waiters, since a release that found it unsubscribed dropped their owners from the waiting ones, see
 // lua/lib/waiters.lua: their next attempts put them back).
 func (h *hub) confirmLocked(s *subscription) {
-	s.subscribed = true
+	s.subscribed, s.idleSince = true, time.Time{}
 	if s.pending != nil {
 		close(s.pending.done)
 		s.pending = nil

@@ -70,8 +70,43 @@ func TestHubSubscribesOncePerChannel(t *testing.T) {
 			h.leave(w)
 		}
 		synctest.Wait()
+		// b, the last channel, lingers too: a wait that comes within lingerFor finds it subscribed.
+		if n := r.count("unsubscribe", "b"); n != 0 {
+			t.Fatalf("UNSUBSCRIBE b sent at once: %q", r.commands())
+		}
+		time.Sleep(lingerFor)
+		synctest.Wait()
 		if r.count("unsubscribe", "b") != 1 || r.subscribed("b") != 0 || len(h.channels()) != 0 {
 			t.Fatalf("after every waiter left: %q, kept %q", r.commands(), h.channels())
+		}
+	})
+}
+
+// Waits that come one at a time on one channel, as two Clients handing a lock back and forth make them,
+// share one connection and one SUBSCRIBE: the channel lingers, subscribed, between them (however long
+// they go on), and a wait that finds it so returns at once, hearing releases from the start. Once nobody
+// has waited for lingerFor, the channel and its connection go.
+func TestHubLoneWaitsShareOneSubscription(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, r, _ := testHub(t, false, false)
+		for range 8 {
+			w := mustJoin(t, h, "a")
+			if r.publish("a", unlockMessage) != 1 || !woken(w) {
+				t.Fatalf("a release did not reach the waiter: %q", r.commands())
+			}
+			h.leave(w)
+			synctest.Wait()
+			time.Sleep(lingerFor / 3)
+		}
+		want := []string{"dial", "subscribe a"}
+		if got := r.commands(); !slices.Equal(got, want) {
+			t.Fatalf("8 waits over more than 2 lingerFor, each begun lingerFor/3 after the last one's end, sent %q, want %q", got, want)
+		}
+		time.Sleep(lingerFor)
+		synctest.Wait()
+		want = append(want, "unsubscribe a")
+		if got := r.commands(); !slices.Equal(got, want) || r.subscribed("a") != 0 || len(h.channels()) != 0 {
+			t.Fatalf("lingerFor after the last wait: %q (want %q), a subscribed %d times, kept %q", got, want, r.subscribed("a"), h.channels())
 		}
 	})
 }
@@ -84,6 +119,7 @@ func TestHubJoinAfterUnsubscribeWaitsForFreshSubscribe(t *testing.T) {
 		w := mustJoin(t, h, "a")
 		r.hold()
 		h.leave(w)
+		time.Sleep(lingerFor)
 		synctest.Wait() // UNSUBSCRIBE a sent, not yet answered
 
 		res := joinAsync(context.Background(), h, "a")
@@ -231,6 +267,7 @@ func TestHubJoinCancelledLeavesNoSubscription(t *testing.T) {
 			t.Fatalf("cancelled join: %v", j.err)
 		}
 		r.release()
+		time.Sleep(lingerFor)
 		synctest.Wait()
 		want := []string{"dial", "subscribe a", "unsubscribe a"}
 		if got := r.commands(); !slices.Equal(got, want) || r.subscribed("a") != 0 || len(h.channels()) != 0 {

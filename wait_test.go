@@ -95,6 +95,7 @@ func TestWaitSleepsUntilRelease(t *testing.T) {
 		if !w.ok || w.err != nil || w.at != time.Hour {
 			t.Fatalf("wait = %v, %v at %v; want the lock at 1h, on the release", w.ok, w.err, w.at)
 		}
+		time.Sleep(lingerFor) // the channel lingers that long after its last waiter (see pubsub_conn.go)
 		synctest.Wait()
 		if r.subscribed("a") != 0 {
 			t.Fatalf("the waiter left its subscription behind: %q", r.commands())
