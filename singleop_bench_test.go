@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/relock-go/relock"
 )
@@ -91,7 +92,10 @@ func scriptUsec(b *testing.B, rdb rueidis.Client) (scripts, cpu float64) {
 // see NewContext for why it does). For each it reports the median pair's time, this process's CPU per pair
 // (getrusage: everything the pair makes the runtime do), Redis's main-thread CPU, the time Redis spent in
 // scripts, the allocations (MemStats.Mallocs) and the goroutine wake-ups (/sched/latencies) per pair; and
-// relock's ratios to the minimal pair on the same kind of client. With "new-key", every pair is on a name
+// relock's ratios to the minimal pair on the same kind of client. "minimal-used" is the pair on a default
+// client on whose connections calls have once overlapped: rueidis pipelines through the same goroutines
+// from then on, as on New's client, so that it is what a default client costs in a service that calls
+// Redis from more than one goroutine. With "new-key", every pair is on a name
 // never used before (relock's makes its lock object for it, as a caller locking per order or user does);
 // with "same-key", on one name, and one lock object.
 //
@@ -111,6 +115,15 @@ func singleOperation(b *testing.B, sameKey bool) {
 		b.Fatal(err)
 	}
 	defer piped.Close()
+	// A default client once two calls overlapped on a connection, as in any service that calls concurrently:
+	// rueidis then hands every later call, also a lone one, to the connection's writer and reader goroutines
+	// for the connection's life. The floor relock's New is held to.
+	used, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer used.Close()
+	overlap(b, used)
 	made, err := relock.New([]string{redisAddr}, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -174,6 +187,7 @@ func singleOperation(b *testing.B, sameKey bool) {
 		{name: "minimal-wrap", pair: minimal(rdb)},
 		{name: "relock-wrap", pair: lock(wrapped, 0)},
 		{name: "minimal-new", pair: minimal(piped)},
+		{name: "minimal-used", pair: minimal(used)},
 		{name: "relock-new", pair: lock(made, 1)},
 	}
 	for _, ct := range contenders {
@@ -227,5 +241,27 @@ func singleOperation(b *testing.B, sameKey bool) {
 		b.ReportMetric(r[0]/m[0], c+"-p50/minimal")
 		b.ReportMetric(r[1]/m[1], c+"-cpu/minimal")
 		b.ReportMetric(r[3]/m[3], c+"-script/minimal")
+	}
+	r, m := res["relock-new"], res["minimal-used"]
+	b.ReportMetric(r[0]/m[0], "new-p50/minimal-used")
+	b.ReportMetric(r[1]/m[1], "new-cpu/minimal-used")
+}
+
+// overlap makes calls overlap on each of rdb's connections (rueidis picks one by a key's slot): 8
+// goroutines, each running EXISTS on 64 names.
+func overlap(b *testing.B, rdb rueidis.Client) {
+	var g errgroup.Group
+	for range 8 {
+		g.Go(func() error {
+			for k := range 64 {
+				if err := rdb.Do(context.Background(), rdb.B().Exists().Key(fmt.Sprint("bench:overlap:", k)).Build()).Error(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
 	}
 }

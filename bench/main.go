@@ -364,14 +364,24 @@ func handoff(r *report, addr, title string, lat time.Duration) {
 	a, b := peers(addr), peers(addr)
 	defer closeAll(a)
 	defer closeAll(b)
-	sec := section{title: title, note: "Owners on two handles (clients), each holding 1 ms while the others wait. 2 owners: for each acquisition by an owner that had to wait, the time from the first Unlock call made while it waited to its acquisition (an owner passed over, by the releasing owner taking the lock straight back, keeps counting from that first release, so retry timers and barging count). 8 waiters: the time the lock sat free between two different owners, from an Unlock call to the next acquisition by another owner; min/max are acquisitions per waiter. Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Hung: lock calls still waiting 1 s after the run ended (the lock free by then), or unlock calls that took over " + bound.String() + ". Each peer in its defaults and in its best documented configuration (\"best\"). Target: relock's p50 below rueidislock's in either configuration, and no waiter starved.",
+	sec := section{title: title, note: "Owners on two handles (clients), each holding 1 ms while the others wait. 2 owners: for each acquisition by an owner that had to wait, the time from the first Unlock call made while it waited to its acquisition (an owner passed over, by the releasing owner taking the lock straight back, keeps counting from that first release, so retry timers and barging count). 8 waiters: the time the lock sat free between two different owners, from an Unlock call to the next acquisition by another owner; min/max are acquisitions per waiter. Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Hung: lock calls still waiting 1 s after the run ended (the lock free by then), or unlock calls that took over " + bound.String() + ". Each peer in its defaults and in its best documented configuration (\"best\"). The floor, \"" + waitingMinimalName + "\" (2 owners only): the minimal pair on a default rueidis client per handle, each handle waiting for the unlock message on a subscription it holds for good. Targets: relock's p50 below rueidislock's in either configuration, 2 owners within 1.2 × the floor's, and no waiter starved.",
 		head: []string{"", "2 owners p50", "2 owners p99", "8 waiters p50", "8 waiters p99", "8 waiters min/max", "overlaps", "hung"}}
 	if lat > 0 {
 		sec.note = proxyNote(lat) + " A handoff takes at least the release's trip to Redis and the news of it (a pub/sub message, an invalidation, or a retry's reply) back to the waiter, " + msText(2*lat) + ", plus the waiter's acquisition round trip, " + msText(2*lat) + ". " +
 			"2 owners on two handles (clients), each holding 1 ms while the other waits: for each acquisition by an owner that had to wait, the time from the first Unlock call made while it waited to its acquisition (an owner passed over keeps counting from that first release, so retry timers and barging count). Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Hung as above. Each peer in its defaults and in its best documented configuration (\"best\"). " +
-			"Target: relock's p50 below the faster rueidislock configuration's."
+			"The floor, \"" + waitingMinimalName + "\": the minimal pair, each handle waiting for the unlock message on a subscription it holds for good. Targets: relock's p50 below the faster rueidislock configuration's, and within 1.2 × the floor's."
 		sec.head = []string{"", "2 owners p50", "2 owners p99", "overlaps", "hung"}
 	}
+	// The floor: the minimal pair, each handle waiting on a subscription it holds for good.
+	fa, fb := &bounded{locker: newWaitingMinimal(addr, "floor-a")}, &bounded{locker: newWaitingMinimal(addr, "floor-b")}
+	floor := alternate(ctx, []locker{fa, fb}, 2, dur(8*time.Second))
+	floor2 := pct(floor.waits, .5)
+	if lat == 0 {
+		sec.rows = append(sec.rows, []string{waitingMinimalName, us(floor2), us(pct(floor.waits, .99)), "", "", "", fmt.Sprint(floor.overlaps), hungCount(fa, fb)})
+	} else {
+		sec.rows = append(sec.rows, []string{waitingMinimalName, us(floor2), us(pct(floor.waits, .99)), fmt.Sprint(floor.overlaps), hungCount(fa, fb)})
+	}
+	closeAll([]locker{fa, fb})
 	var relock2, relock8 time.Duration
 	rue2, rue8 := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
 	var rue2Name, rue8Name string
@@ -406,7 +416,8 @@ func handoff(r *report, addr, title string, lat time.Duration) {
 		}
 	}
 	sec.verdicts = append(sec.verdicts,
-		verdict(relock2 < rue2, "2 owners: relock p50 %s against %s's %s (the faster rueidislock configuration; target: below)", us(relock2), rue2Name, us(rue2)))
+		verdict(relock2 < rue2, "2 owners: relock p50 %s against %s's %s (the faster rueidislock configuration; target: below)", us(relock2), rue2Name, us(rue2)),
+		verdict(float64(relock2) <= 1.2*float64(floor2), "2 owners: relock p50 = %.2f × the %s floor's %s (target ≤ 1.2)", float64(relock2)/float64(floor2), waitingMinimalName, us(floor2)))
 	if lat == 0 {
 		sec.verdicts = append(sec.verdicts,
 			verdict(relock8 < rue8, "8 waiters: relock p50 %s against %s's %s (the faster rueidislock configuration; target: below)", us(relock8), rue8Name, us(rue8)))

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -408,3 +409,87 @@ type pipedMinimal struct{ minimalLocker }
 const pipedMinimalName = "minimal pair, always pipelining"
 
 func (pipedMinimal) name() string { return pipedMinimalName }
+
+// waitingMinimal is the handoff floor: the minimal pair, and a wait for the release's unlock message on a
+// subscription its handle holds for good (made before the first attempt on a key, on a connection of its
+// own), or for the holder's TTL, whichever comes first. Each call is a new owner. It is the least a
+// lock that waits without polling does between one owner's release and the next one's acquisition.
+type waitingMinimal struct {
+	m      *minimalScripts
+	id     string
+	owners atomic.Int64
+	mu     sync.Mutex
+	conn   rueidis.DedicatedClient
+	heard  map[string]chan struct{} // per channel subscribed: signalled on each message
+}
+
+const waitingMinimalName = "minimal pair + pub/sub"
+
+func newWaitingMinimal(addr, id string) *waitingMinimal {
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	l := &waitingMinimal{m: newMinimalScripts(rdb), id: id, heard: map[string]chan struct{}{}}
+	l.conn, _ = rdb.Dedicate()
+	l.conn.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) {
+		l.mu.Lock()
+		ch := l.heard[m.Channel]
+		l.mu.Unlock()
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}})
+	return l
+}
+
+func (l *waitingMinimal) name() string { return waitingMinimalName }
+
+func (l *waitingMinimal) lock(ctx context.Context, key string) (func() error, error) {
+	channel := "redisson_lock__channel:{" + key + "}"
+	l.mu.Lock()
+	heard, ok := l.heard[channel]
+	if !ok {
+		heard = make(chan struct{}, 1)
+		l.heard[channel] = heard
+	}
+	l.mu.Unlock()
+	if !ok {
+		if err := l.conn.Do(ctx, l.conn.B().Subscribe().Channel(channel).Build()).Error(); err != nil {
+			return nil, err
+		}
+	}
+	owner := fmt.Sprintf("%s:%d", l.id, l.owners.Add(1))
+	for {
+		r := l.m.acquire.Exec(ctx, l.m.rdb, []string{key}, []string{"30000", owner})
+		ttl, err := r.AsInt64()
+		if rueidis.IsRedisNil(err) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		t := time.NewTimer(time.Duration(max(ttl, 1)) * time.Millisecond)
+		select {
+		case <-heard:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		t.Stop()
+	}
+	return func() error {
+		n, err := l.m.release.Exec(context.WithoutCancel(ctx), l.m.rdb, []string{key, channel}, []string{owner, "0", "30000"}).AsInt64()
+		if err == nil && n != 1 {
+			err = fmt.Errorf("minimal release replied %d", n)
+		}
+		return err
+	}, nil
+}
+
+func (l *waitingMinimal) close() {
+	l.conn.Close()
+	l.m.rdb.Close()
+}
