@@ -150,32 +150,45 @@ func waitRun(t *testing.T, rdb rueidis.Client, d time.Duration, what string, ok 
 	return run{}
 }
 
-// Three replica processes with an Elector: only the leader runs the job, once per tick. SIGKILLed, the
-// leader hands over within the watchdog timeout: another replica runs the first tick after that.
-func TestElectorReplicaDeathHandsOver(t *testing.T) {
+// handover starts three replica processes of mode on a new server, waits for the first run, lets settle
+// pass, SIGKILLs the replica that ran it, and returns that run, the first run by another replica, when the
+// kill was made, and a client of the server. The first run by another replica must come within the
+// watchdog timeout (the dead replica's hold expires), a tick (the next replica's scheduler runs at its
+// next tick) and a second for the record to reach Redis on a loaded machine.
+func handover(t *testing.T, mode string, job, settle time.Duration) (first, next run, killed time.Time, rdb rueidis.Client) {
+	t.Helper()
 	srv := redistest.Start(t)
 	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rdb.Close()
-	procs := startReplicas(t, srv.Addr(), "elector", 3, time.Millisecond)
-	first := waitRun(t, rdb, 15*time.Second, "run", func(run) bool { return true })
-	time.Sleep(2500 * time.Millisecond) // two more ticks, by the same leader
-	killed := time.Now()
+	t.Cleanup(rdb.Close)
+	procs := startReplicas(t, srv.Addr(), mode, 3, job)
+	first = waitRun(t, rdb, 15*time.Second, "run", func(run) bool { return true })
+	time.Sleep(settle)
+	if mode == "locker" {
+		if rs := readRuns(t, rdb); len(rs) != 1 {
+			t.Fatalf("runs began while the first one ran: %v", rs)
+		}
+	}
+	killed = time.Now()
 	if err := procs[first.replica].Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	next := waitRun(t, rdb, 10*time.Second, "run by another replica", func(r run) bool { return r.replica != first.replica })
-	// The leadership expires within the watchdog timeout; the next replica's scheduler then needs its next
-	// tick (up to a second) to run, and the run's record a moment to reach Redis: a second is allowed for
-	// that, and for a loaded machine.
+	next = waitRun(t, rdb, 10*time.Second, "run by another replica", func(r run) bool { return r.replica != first.replica })
 	took := next.at.Sub(killed)
-	t.Logf("the first run by another replica came %v after the leader was killed", took)
-	if took > watchdogTimeout+time.Second+time.Second {
-		t.Fatalf("the first run by another replica came %v after the leader was killed, want within the watchdog timeout (%v) and a tick", took, watchdogTimeout)
+	t.Logf("the first run by another replica came %v after %s was killed", took, first.replica)
+	if took > watchdogTimeout+2*time.Second {
+		t.Fatalf("the first run by another replica came %v after %s was killed, want within the watchdog timeout (%v) and a tick", took, first.replica, watchdogTimeout)
 	}
 	time.Sleep(2500 * time.Millisecond)
+	return first, next, killed, rdb
+}
+
+// Three replica processes with an Elector: only the leader runs the job, once per tick. SIGKILLed, the
+// leader hands over within the watchdog timeout: another replica runs the first tick after that.
+func TestElectorReplicaDeathHandsOver(t *testing.T) {
+	first, next, killed, rdb := handover(t, "elector", time.Millisecond, 2500*time.Millisecond) // two more ticks, by the same leader
 	perTick := make(map[int64][]string)
 	for _, r := range readRuns(t, rdb) {
 		if r.replica == first.replica && r.at.After(killed) {
@@ -197,33 +210,11 @@ func TestElectorReplicaDeathHandsOver(t *testing.T) {
 	}
 }
 
-// Three replica processes with a Locker, the job lasting longer than the test: the replica that runs it is
-// SIGKILLed, and its lock expires within the watchdog timeout, so that another replica runs the first tick
-// after that; no tick ran on two replicas, and no run began while another was still running.
+// Three replica processes with a Locker, the job lasting longer than the test: no run begins while the
+// first one runs; the replica that runs it is SIGKILLed, and its lock expires within the watchdog timeout,
+// so that another replica runs the first tick after that, and no other run begins while that one runs.
 func TestLockerReplicaDeathHandsOver(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
-	procs := startReplicas(t, srv.Addr(), "locker", 3, time.Hour)
-	first := waitRun(t, rdb, 15*time.Second, "run", func(run) bool { return true })
-	time.Sleep(2500 * time.Millisecond) // ticks skipped: the run goes on
-	if rs := readRuns(t, rdb); len(rs) != 1 {
-		t.Fatalf("runs began while the first one ran: %v", rs)
-	}
-	killed := time.Now()
-	if err := procs[first.replica].Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	next := waitRun(t, rdb, 10*time.Second, "run by another replica", func(r run) bool { return r.replica != first.replica })
-	took := next.at.Sub(killed)
-	t.Logf("the next run came %v after the running replica was killed", took)
-	if took > watchdogTimeout+time.Second+time.Second {
-		t.Fatalf("the next run came %v after the running replica was killed, want within the watchdog timeout (%v) and a tick", took, watchdogTimeout)
-	}
-	time.Sleep(2500 * time.Millisecond)
+	_, _, _, rdb := handover(t, "locker", time.Hour, 2500*time.Millisecond) // ticks skipped: the run goes on
 	if rs := readRuns(t, rdb); len(rs) != 2 {
 		t.Fatalf("runs %v: want the killed replica's and one more, still running", rs)
 	}
