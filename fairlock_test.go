@@ -491,3 +491,46 @@ func TestQueuedOwnerStaysQueuedWhileOneOfItsWaitersGivesUp(t *testing.T) {
 		})
 	}
 }
+
+// A relock waiter (its Client's ID a version 8 UUID) queued without an alive entry is dead: its Client
+// joined it with one, and it outlived it (the set of alive entries expires with the longest-lived one, so
+// the last relock waiter to die leaves none). A free lock is not kept from the next relock waiter by its
+// Redisson score, which relock raises ahead of its alive time by the fair lock wait per waiter before it
+// (here 5 minutes ahead). A Redisson waiter's entry, which has no alive entry ever, is still judged by its
+// score, as Redisson's scripts judge it.
+func TestFairLockDeadRelockWaiterWithoutAliveEntryDoesNotBlock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	later := strconv.FormatInt(time.Now().Add(5*time.Minute).UnixMilli(), 10)
+	queueKey, timeouts := "redisson_lock_queue:{fair}", "redisson_lock_timeout:{fair}"
+
+	redissonWaiter := "0b6c1c9e-3f1e-4d2a-9c55-2b1f0a9e7d31:7"
+	do(t, rdb, "RPUSH", queueKey, redissonWaiter)
+	do(t, rdb, "ZADD", timeouts, later, redissonWaiter)
+	if ok, err := c.FairLock("fair").TryLock(ctx, 300*time.Millisecond, 0); ok || err != nil {
+		t.Fatalf("TryLock behind a Redisson waiter whose score is 5 minutes ahead: %v, %v; want false (Redisson's rule)", ok, err)
+	}
+	do(t, rdb, "DEL", queueKey, timeouts, "relock_lock_alive:{fair}")
+
+	deadRelockWaiter := "5b2f6a30-1c2d-8e4f-9a0b-1c2d3e4f5a6b:doomed"
+	do(t, rdb, "RPUSH", queueKey, deadRelockWaiter)
+	do(t, rdb, "ZADD", timeouts, later, deadRelockWaiter)
+	start := time.Now()
+	lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := c.FairLock("fair").Lock(lctx); err != nil {
+		t.Fatalf("Lock behind a dead relock waiter without an alive entry: %v (queue %v)", err, queue(t, rdb))
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Lock took %v behind a dead relock waiter", took)
+	}
+	if err := c.FairLock("fair").Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := do(t, rdb, "EXISTS", queueKey, timeouts).AsInt64(); n != 0 {
+		t.Fatalf("the dead waiter's entry is still queued: %v", queue(t, rdb))
+	}
+}

@@ -15,10 +15,18 @@
 
 -- dead reports whether a queued owner's waiter is gone: for a relock waiter (it has an alive entry), its
 -- alive time is not after now; for another (a Redisson client's), Redisson's rule: its score is not after
--- now. An owner with neither is a stray entry, dead too.
+-- now. An owner with neither is a stray entry, dead too. So is the owner of a relock Client (its ID a
+-- version 8 UUID, see newClientID) without an alive entry: its Client joined it with one, in the same run,
+-- and it has lived past its alive time (the set lives as long as its longest-lived entry, so a waiter that
+-- outlived every other one's alive time left no entry). Judged by its Redisson score instead, which is
+-- raised ahead of its alive time by the fair lock wait for each waiter before it (raise_score), a dead
+-- waiter would keep a free lock from every relock waiter for minutes.
 local function dead(timeouts, alive, owner, now)
   local until_ms = redis.call('zscore', alive, owner)
   if not until_ms then
+    if string.sub(owner, 15, 15) == '8' and string.sub(owner, 37, 37) == ':' then
+      return true
+    end
     until_ms = redis.call('zscore', timeouts, owner)
   end
   return not until_ms or tonumber(until_ms) <= now

@@ -248,6 +248,29 @@ func runSchedule(t *testing.T, k *kind, seed uint64) outcome {
 	return outcome{p: p, h: s.h, violations: vs, elapsed: time.Since(began)}
 }
 
+// deadQueue reports whether key is a fair lock's queue or Redisson scores (a FairLock's, an Election's)
+// holding only waiters that relock's scripts count as dead: relock Clients' owners (version 8 UUIDs)
+// without a live alive entry. A Client that could not take its waiter out of the queue at Close (its
+// process starved past the waiter's alive time, so that it counted the entry as gone) leaves it so, as a
+// killed process does: the next acquisition on the name drops it (docs/locks.md, FairLock), and nothing
+// is left to expire it before then (the queue and scores are Redisson's, without a time to live).
+func deadQueue(s *sched, server int, key string) bool {
+	if key != "redisson_lock_queue:{"+s.name+"}" && key != "redisson_lock_timeout:{"+s.name+"}" {
+		return false
+	}
+	dead, err := s.e.do(server, "EVAL", `local t = redis.call('time')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local owners = redis.call('lrange', KEYS[1], 0, -1)
+for _, o in ipairs(redis.call('zrange', KEYS[2], 0, -1)) do table.insert(owners, o) end
+for _, o in ipairs(owners) do
+  if string.sub(o, 15, 15) ~= '8' or string.sub(o, 37, 37) ~= ':' then return 0 end
+  local alive = redis.call('zscore', KEYS[3], o)
+  if alive and tonumber(alive) > now then return 0 end
+end
+return 1`, "3", "redisson_lock_queue:{"+s.name+"}", "redisson_lock_timeout:{"+s.name+"}", "relock_lock_alive:{"+s.name+"}").AsInt64()
+	return err == nil && dead == 1
+}
+
 // clean checks that, once every Client is closed, nothing of the actors is left in Redis beyond what the
 // kind documents: what is left must go within the watchdog timeout (a hold whose release could not be
 // sent expires), or the 2 s a release's void marks live after its last repeat (relock_release_void, see
@@ -272,6 +295,9 @@ func clean(s *sched) {
 					if err == nil && live == 0 {
 						continue
 					}
+				}
+				if deadQueue(s, i, key) {
+					continue
 				}
 				if !s.k.stays(s.name, key) {
 					ttl, _ := s.e.do(i, "PTTL", key).AsInt64()
