@@ -16,7 +16,8 @@
 -- ARGV[7]  how long a repeat's void mark lives, in milliseconds (see lib/release.lua)
 --
 -- Returns -1 when the owner holds no read lock (or its count is not ARGV[3]; or every level of its hold
---         expired, see lib/readers.lua): nothing was changed;
+--         expired, see lib/readers.lua): nothing was changed but, when it holds nothing, the removal of
+--         its field from the release record;
 --         the owner's remaining read count otherwise (for a repeated request, or a sending of one found
 --         void, the current one);
 --         an error RELOCK_... when the key is no read-write lock's (see lib/kinds.lua): nothing changed.
@@ -35,9 +36,12 @@ if redis.call('hexists', KEYS[1], 'mode') == 0 then
 end
 local owner = ARGV[1]
 local prefix = ARGV[6] .. ':'
--- A reader whose every hold level expired holds nothing, though its field is still there.
+-- A reader whose every hold level expired holds nothing, though its field is still there. An owner that
+-- holds nothing has no release left to repeat: its release record goes (a release that left it holding
+-- wrote one, which would otherwise outlive the owner's hold, and its Client, up to the lock's time to live).
 local count = tonumber(redis.call('hget', KEYS[1], owner))
-if count and not read_hold_alive(ARGV[6], owner, count) then
+if not count or not read_hold_alive(ARGV[6], owner, count) then
+  redis.call('hdel', KEYS[3], owner)
   return -1
 end
 -- Each read hold level has its own key, deleted with the hold. The levels of one owner are alike (its
