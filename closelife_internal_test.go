@@ -2,6 +2,7 @@ package relock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -103,5 +104,60 @@ func rawDo(t *testing.T, rdb rueidis.Client, words ...string) {
 	t.Helper()
 	if err := rdb.Do(context.Background(), rdb.B().Arbitrary(words...).Build()).Error(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Close takes a FairLock waiter out of Redisson's queue even when its Client counts the entry expired (its
+// process was starved past the entry's alive time before Close, here its expiry moved into the past):
+// the queue and the Redisson scores have no time to live, and Redisson's clients would wait behind the
+// entry until its score passed, minutes later.
+func TestCloseTakesAnExpiredFairWaiterOutOfTheQueue(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	c, err := New([]string{srv.Addr()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const name = "close-fair"
+	if err := c.FairLock(name).Lock(WithOwner(ctx, "holder")); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- c.FairLock(name).Lock(WithOwner(ctx, "w")) }()
+	queued := func() int64 {
+		n, err := rdb.Do(ctx, rdb.B().Llen().Key("redisson_lock_queue:{"+name+"}").Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	until(t, "the waiter is queued", func() bool { return queued() == 1 })
+	entry := holdKey{key: "relock_lock_alive:{" + name + "}", field: c.ID() + ":w"}
+	c.holds.mu.Lock()
+	h := c.holds.holds[entry]
+	if h != nil {
+		h.expiresAt = time.Now().Add(-time.Second)
+	}
+	c.holds.mu.Unlock()
+	if h == nil {
+		t.Fatalf("no entry %v in the hold table", entry)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; !errors.Is(err, ErrClosed) {
+		t.Fatalf("the waiter's Lock: %v, want ErrClosed", err)
+	}
+	if n := queued(); n != 0 {
+		t.Fatalf("%d waiters left queued after Close", n)
+	}
+	if n, _ := rdb.Do(ctx, rdb.B().Exists().Key("redisson_lock_timeout:{"+name+"}", "redisson_lock_queue:{"+name+"}", name).Build()).AsInt64(); n != 0 {
+		t.Fatalf("%d of the lock's keys left after Close", n)
 	}
 }

@@ -73,7 +73,7 @@ func (c *Client) fairLock(name string, o lockOptions, election bool) *FairLock {
 		s.acquireKeys = append(s.acquireKeys, companion("redisson_lock_token", name))
 	}
 	s.q = &waitQueue{c: c, entries: alive, leave: scriptFairLeave, leaveKeys: append(slices.Clip(keys), scratch), message: unlockMessage,
-		refresh: renewal{script: scriptFairRefresh, keys: keys}, publishes: true, freeWakes: true}
+		refresh: renewal{script: scriptFairRefresh, keys: keys}, publishes: true, freeWakes: true, outlives: true}
 	if c != nil {
 		s.aliveTTL, s.wait = c.watchdogTimeoutArg, c.fairLockWaitArg
 		s.q.leaveArgs = []string{c.fairLockWaitArg}

@@ -34,6 +34,11 @@ type waitQueue struct {
 	// wakes, if not "", is the prefix of the channels on which a release wakes a waiting owner by name:
 	// each Client waiting listens on "<wakes>:<clientUUID>" (see lua/lib/waiters.lua).
 	wakes string
+	// outlives says an entry stays in Redis past its alive time, in keys without a time to live (a
+	// FairLock's queue and Redisson scores, shared with Redisson's clients, which wait behind it until its
+	// score passes): giving it up is worth trying until Redis answers or the Client's life ends, also once
+	// the Client counts it expired (its process was starved past that time before Close).
+	outlives bool
 }
 
 // entryKey names the owner's entry in the watchdog's table.
@@ -171,9 +176,13 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 }
 
 // giveUp takes the owner of the entry k (see entryKey) out of the queue, waking whoever that lets in, until
-// Redis answers, life ends or deadline passes: when it gives up waiting, and for Close (see giver).
+// Redis answers, life ends or deadline passes (for a queue whose entries outlive it, whatever deadline
+// says): when it gives up waiting, and for Close (see giver).
 // Leaving is safe to repeat.
 func (q *waitQueue) giveUp(life context.Context, k holdKey, deadline time.Time) error {
+	if q.outlives {
+		deadline = time.Time{}
+	}
 	_, err := q.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) { return q.leaveOnce(ctx, k) })
 	return err
 }
