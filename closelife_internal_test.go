@@ -137,17 +137,17 @@ func TestCloseTakesAnExpiredFairWaiterOutOfTheQueue(t *testing.T) {
 		}
 		return n
 	}
-	until(t, "the waiter is queued", func() bool { return queued() == 1 })
 	entry := holdKey{key: "relock_lock_alive:{" + name + "}", field: c.ID() + ":w"}
+	// The entry is in Redis once the waiter's attempt ran, and in the hold table once its reply came.
+	until(t, "the waiter is queued, and its entry kept alive", func() bool {
+		c.holds.mu.Lock()
+		kept := c.holds.holds[entry] != nil
+		c.holds.mu.Unlock()
+		return kept && queued() == 1
+	})
 	c.holds.mu.Lock()
-	h := c.holds.holds[entry]
-	if h != nil {
-		h.expiresAt = time.Now().Add(-time.Second)
-	}
+	c.holds.holds[entry].expiresAt = time.Now().Add(-time.Second)
 	c.holds.mu.Unlock()
-	if h == nil {
-		t.Fatalf("no entry %v in the hold table", entry)
-	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
