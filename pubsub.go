@@ -61,7 +61,7 @@ type subscription struct {
 	pending    *subAttempt // the subscription new waiters wait for; nil when subscribed
 	resync     bool        // the connection was lost: wake every waiter once subscribed again
 	// Single server only: since when s, subscribed, has been needed by nobody, and its wanted count then
-	// (a join since counts the time afresh). See the loop's lingering.
+	// (a join since counts the time afresh). See the loop's lingering. Zero while s is not subscribed.
 	idleSince  time.Time
 	idleWanted uint64
 

@@ -106,7 +106,7 @@ func (h *hub) connectionLost() {
 	defer h.mu.Unlock()
 	for _, s := range h.subs {
 		if s.subscribed {
-			s.subscribed = false
+			s.subscribed, s.idleSince = false, time.Time{}
 			s.resync = true
 		}
 		s.skip = 0

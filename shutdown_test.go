@@ -730,3 +730,46 @@ func TestCloseFinishesUndosAndReleases(t *testing.T) {
 		})
 	}
 }
+
+// A Client closed with a ctx that never ends, while its FairLock waiter is queued and Redis does not
+// answer, still returns: Close tries to take the waiter out of the queue (whose entries Redis keeps past
+// their liveness) for a watchdog timeout at least, then gives up and closes. (Trying with no bound, as
+// commit 30c6bd2 did, Close never returned while Redis was paused.)
+func TestCloseWithAFairWaiterReturnsWhileRedisDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := rawClient(t, srv)
+	c, err := relock.New([]string{srv.Addr()}, fastWatchdog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxTimeout(t, 30*time.Second)
+	if err := c.FairLock("fair").Lock(relock.WithOwner(ctx, "holder")); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- c.FairLock("fair").Lock(relock.WithOwner(ctx, "w")) }()
+	waitQueueLen(t, rdb, 1)
+	time.Sleep(100 * time.Millisecond) // the waiter's reply is back: the Client keeps its entry alive
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Resume()
+	start := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- c.CloseContext(context.Background()) }()
+	select {
+	case err := <-closed:
+		took := time.Since(start)
+		t.Logf("Close returned after %v: %v", took, err)
+		// Without a fair waiter, the holder's give-up alone takes Close about 4 s here with Redis paused.
+		if took > 8*time.Second {
+			t.Fatalf("Close took %v with Redis paused, want the holder's give-up and a watchdog timeout (1s) at most", took)
+		}
+	case <-time.After(12 * time.Second):
+		t.Fatal("Close did not return within 12s with Redis paused and a fair waiter queued")
+	}
+	if err := <-waited; !errors.Is(err, relock.ErrClosed) {
+		t.Fatalf("the waiter's Lock: %v, want ErrClosed", err)
+	}
+}

@@ -36,8 +36,8 @@ type waitQueue struct {
 	wakes string
 	// outlives says an entry stays in Redis past its alive time, in keys without a time to live (a
 	// FairLock's queue and Redisson scores, shared with Redisson's clients, which wait behind it until its
-	// score passes): giving it up is worth trying until Redis answers or the Client's life ends, also once
-	// the Client counts it expired (its process was starved past that time before Close).
+	// score passes): giving it up is worth trying past that time too, for a watchdog timeout at least,
+	// also once the Client counts it expired (its process was starved past that time before Close).
 	outlives bool
 }
 
@@ -176,12 +176,12 @@ func (q *waitQueue) done(k holdKey, acquired, lateJoin bool) {
 }
 
 // giveUp takes the owner of the entry k (see entryKey) out of the queue, waking whoever that lets in, until
-// Redis answers, life ends or deadline passes (for a queue whose entries outlive it, whatever deadline
-// says): when it gives up waiting, and for Close (see giver).
-// Leaving is safe to repeat.
+// Redis answers, life ends or deadline passes (for a queue whose entries outlive it, a watchdog timeout
+// from now if that is later: bounded, so that a Close whose ctx never ends still returns while Redis does
+// not answer): when it gives up waiting, and for Close (see giver). Leaving is safe to repeat.
 func (q *waitQueue) giveUp(life context.Context, k holdKey, deadline time.Time) error {
-	if q.outlives {
-		deadline = time.Time{}
+	if least := time.Now().Add(q.c.watchdogTimeout); q.outlives && !deadline.IsZero() && deadline.Before(least) {
+		deadline = least
 	}
 	_, err := q.c.retry(life, deadline, true, func(ctx context.Context) (int64, error) { return q.leaveOnce(ctx, k) })
 	return err
