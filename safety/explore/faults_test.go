@@ -237,6 +237,9 @@ func (s *sched) leftOf(cs []*relock.Client) []string {
 			}
 			for _, m := range members {
 				if strings.Contains(m, id) {
+					if mode, _ := s.e.do(i, "HGET", key, "mode").ToString(); mode == "read" && deadReader(keys, m) {
+						continue
+					}
 					left = append(left, key+" "+m)
 				}
 			}
@@ -272,6 +275,21 @@ func (s *sched) leftOf(cs []*relock.Client) []string {
 	}
 	slices.Sort(left)
 	return left
+}
+
+// deadReader reports whether the hash field m is a read-write lock's reader whose every hold level
+// expired (keys has none of its level keys): it holds nothing, and, as an expired permit's entry, its
+// field stays until a release or a writer clears it (its own release does, see rw_read_release.lua).
+func deadReader(keys []string, m string) bool {
+	if strings.HasSuffix(m, ":write") {
+		return false
+	}
+	for _, k := range keys {
+		if strings.Contains(k, ":"+m+":rwlock_timeout:") {
+			return false
+		}
+	}
+	return true
 }
 
 // clientsAt reports whether cs are the relock Clients of Client ci.
