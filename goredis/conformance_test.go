@@ -1,0 +1,130 @@
+package relockgoredis_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock"
+	relockgoredis "github.com/relock-go/relock/goredis"
+	"github.com/relock-go/relock/internal/conformance"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+// TestConformance runs the library's conformance suite (internal/conformance) with relock on go-redis:
+// on a server of its own through a *redis.Client with go-redis's default options ("standalone": calls
+// end at their deadline by relock's doing), with ContextTimeoutEnabled ("standalone-ctx"), and on a
+// cluster through a *redis.ClusterClient ("cluster").
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	conformance.Run(t, []string{"standalone", "standalone-ctx", "cluster"}, func(t *testing.T, place string) *conformance.Deployment {
+		var d *deployment
+		switch place {
+		case "standalone":
+			d = standalone(t, false)
+		case "standalone-ctx":
+			d = standalone(t, true)
+		case "cluster":
+			d = onCluster(t, t.Name()+":")
+		}
+		return &conformance.Deployment{
+			Client: d.client,
+			Raw:    d.raw,
+			Keys:   d.keysContaining,
+			Prefix: d.prefix,
+		}
+	})
+}
+
+// deployment is where a test's locks live: a server of its own, or the test binary's shared cluster.
+type deployment struct {
+	addrs      []string
+	cluster    bool
+	ctxTimeout bool // go-redis's ContextTimeoutEnabled
+	prefix     string
+}
+
+func standalone(t testing.TB, ctxTimeout bool) *deployment {
+	srv := redistest.Start(t)
+	return &deployment{addrs: []string{srv.Addr()}, ctxTimeout: ctxTimeout}
+}
+
+var shared struct {
+	once    sync.Once
+	cluster *redistest.Cluster
+	err     error
+	runs    atomic.Int64
+}
+
+// onCluster returns a deployment on the shared cluster (3 masters, 1 replica each), whose names start with
+// prefix and a number of their own.
+func onCluster(t testing.TB, prefix string) *deployment {
+	shared.once.Do(func() { shared.cluster, shared.err = redistest.StartClusterServers(3, 1) })
+	if shared.err != nil {
+		t.Fatalf("starting the shared cluster: %v", shared.err)
+	}
+	prefix += strconv.FormatInt(shared.runs.Add(1), 10) + ":"
+	return &deployment{addrs: shared.cluster.Addrs(), cluster: true, ctxTimeout: true, prefix: prefix}
+}
+
+// goRedis returns a go-redis client on d, closed when t ends.
+func (d *deployment) goRedis(t testing.TB) redis.UniversalClient {
+	var rdb redis.UniversalClient
+	if d.cluster {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: d.addrs, ContextTimeoutEnabled: d.ctxTimeout})
+	} else {
+		rdb = redis.NewClient(&redis.Options{Addr: d.addrs[0], ContextTimeoutEnabled: d.ctxTimeout})
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// client returns a relock Client on a go-redis client of its own on d, both closed when t ends.
+func (d *deployment) client(t testing.TB, opts *relock.Options) *relock.Client {
+	t.Helper()
+	rdb := d.goRedis(t)
+	c, err := relockgoredis.New(rdb, opts)
+	if err != nil {
+		t.Fatalf("relockgoredis.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// raw returns a plain rueidis client on d, for reading and writing behind relock's back.
+func (d *deployment) raw(t testing.TB) rueidis.Client {
+	t.Helper()
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: d.addrs, DisableCache: true})
+	if err != nil {
+		t.Fatalf("rueidis.NewClient: %v", err)
+	}
+	t.Cleanup(rdb.Close)
+	return rdb
+}
+
+// keysContaining returns every key of d whose name contains substr, asking each node.
+func (d *deployment) keysContaining(t testing.TB, substr string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var keys []string
+	for _, addr := range d.addrs {
+		node := redis.NewClient(&redis.Options{Addr: addr})
+		found, err := node.Keys(context.Background(), "*"+substr+"*").Result()
+		node.Close()
+		if err != nil {
+			t.Fatalf("KEYS on %s: %v", addr, err)
+		}
+		for _, k := range found {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}

@@ -1,0 +1,85 @@
+// Package relockgoredis runs relock on a go-redis v9 client (github.com/redis/go-redis/v9) that a service
+// already has: every lock and synchronizer, with the same Redis keys, channels and messages as relock on
+// rueidis (and as Redisson), and every command and script sent through the client's own pool.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+//	c, err := relockgoredis.New(rdb, nil)
+//	if err != nil { ... }
+//	defer c.Close()
+//	l := c.Lock("orders:42")
+//
+// # What differs from relock on rueidis
+//
+//   - The watch of holds is off (Options.NoHoldWatch): go-redis gives no connection with CLIENT TRACKING's
+//     invalidations. A hold lost in Redis (its key deleted or expired behind relock's back) is seen at
+//     the hold's next renewal, within a third of the watchdog timeout, not within milliseconds; Lost,
+//     HoldContext and the loss callbacks tell it then.
+//   - Waits use pub/sub on connections of go-redis's PubSub, one per single server (a Client's waits share
+//     it), one per channel on a cluster, as relock on rueidis does. Each is pinged after a second without
+//     traffic, and one that does not answer within another second is taken as lost: relock subscribes
+//     again and its waiters try at once.
+//   - go-redis retries a command whose connection broke after it was written (Options.MaxRetries). relock
+//     sends its scripts and its pipelines so that go-redis never retries them (go-redis's per-command
+//     NoRetry, v9.20 on): a script run twice could take a lock or a permit twice. relock settles a call
+//     whose reply was lost itself, as on rueidis.
+//   - Deadlines: with Options.ContextTimeoutEnabled, go-redis ends a call at its context's deadline.
+//     Without it, go-redis reads a reply until its ReadTimeout (3 s by default); relock then returns at
+//     the caller's deadline all the same, and leaves the command to go-redis (its connection is given back
+//     once the reply came, or dropped at ReadTimeout). ContextTimeoutEnabled is recommended: it spares a
+//     goroutine per call.
+//
+// Supported clients: *redis.Client (a standalone server, or a Sentinel-managed one from
+// redis.NewFailoverClient) and *redis.ClusterClient (redis.NewClusterClient, redis.NewFailoverClusterClient).
+// A *redis.Ring is not: its shards are not a cluster's slots, and relock's keys of one lock must meet on
+// one server. The Client does not close rdb: close it after the Client.
+package relockgoredis
+
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/relock-go/relock"
+)
+
+// New returns a relock Client that sends every command through rdb. opts are relock's options, as for
+// relock.Wrap; their Redis field is not used, and NoHoldWatch is set (see the package documentation).
+//
+// New fails with relock.ErrNilClient for a nil rdb, and with relock.ErrInvalidOptions for a client type it
+// does not support (a *redis.Ring). It sends nothing to Redis.
+func New(rdb redis.UniversalClient, opts *relock.Options) (*relock.Client, error) {
+	var o relock.Options
+	if opts != nil {
+		o = *opts
+	}
+	o.NoHoldWatch = true
+	a, err := adapt(rdb)
+	if err != nil {
+		return nil, err
+	}
+	if a == nil {
+		return relock.Wrap(nil, &o) // relock's own ErrNilClient
+	}
+	return relock.Wrap(a, &o)
+}
+
+// adapt returns the rueidis.Client that relock uses over rdb (nil for a nil rdb).
+func adapt(rdb redis.UniversalClient) (*client, error) {
+	switch r := rdb.(type) {
+	case nil:
+		return nil, nil
+	case *redis.Client:
+		if r == nil {
+			return nil, nil
+		}
+		return &client{rdb: r, ctxDeadline: r.Options().ContextTimeoutEnabled}, nil
+	case *redis.ClusterClient:
+		if r == nil {
+			return nil, nil
+		}
+		return &client{rdb: r, cluster: true, ctxDeadline: r.Options().ContextTimeoutEnabled}, nil
+	default:
+		return nil, fmt.Errorf("relockgoredis: %w: a %T (relock runs on a *redis.Client, failover included, or a *redis.ClusterClient)",
+			relock.ErrInvalidOptions, rdb)
+	}
+}
