@@ -1,0 +1,117 @@
+package relockvalkey_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/rueidis"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/conformance"
+	"github.com/relock-go/relock/internal/redistest"
+	relockvalkey "github.com/relock-go/relock/valkey"
+)
+
+// TestConformance runs the library's conformance suite (internal/conformance) with relock on valkey-go:
+// on a server of its own and on a cluster. The server is the one RELOCK_REDIS_SERVER names (a
+// valkey-server there runs it on Valkey), else redis-server.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	conformance.Run(t, []string{"standalone", "cluster"}, func(t *testing.T, place string) *conformance.Deployment {
+		var d *deployment
+		switch place {
+		case "standalone":
+			srv := redistest.Start(t)
+			d = &deployment{addrs: []string{srv.Addr()}}
+		case "cluster":
+			d = onCluster(t, t.Name()+":")
+		}
+		return &conformance.Deployment{Client: d.client, Raw: d.raw, Keys: d.keysContaining, Prefix: d.prefix}
+	})
+}
+
+// deployment is where a test's locks live: a server of its own, or the test binary's shared cluster.
+type deployment struct {
+	addrs  []string
+	prefix string
+}
+
+var shared struct {
+	once    sync.Once
+	cluster *redistest.Cluster
+	err     error
+	runs    atomic.Int64
+}
+
+// onCluster returns a deployment on the shared cluster (3 masters, 1 replica each), whose names start with
+// prefix and a number of their own.
+func onCluster(t testing.TB, prefix string) *deployment {
+	shared.once.Do(func() { shared.cluster, shared.err = redistest.StartClusterServers(3, 1) })
+	if shared.err != nil {
+		t.Fatalf("starting the shared cluster: %v", shared.err)
+	}
+	prefix += strconv.FormatInt(shared.runs.Add(1), 10) + ":"
+	return &deployment{addrs: shared.cluster.Addrs(), prefix: prefix}
+}
+
+// valkeyClient returns a valkey-go client on d, closed when t ends.
+func (d *deployment) valkeyClient(t testing.TB) valkey.Client {
+	t.Helper()
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: d.addrs, DisableCache: true})
+	if err != nil {
+		t.Fatalf("valkey.NewClient: %v", err)
+	}
+	t.Cleanup(vk.Close)
+	return vk
+}
+
+// client returns a relock Client on a valkey-go client of its own on d, both closed when t ends.
+func (d *deployment) client(t testing.TB, opts *relock.Options) *relock.Client {
+	t.Helper()
+	c, err := relockvalkey.New(d.valkeyClient(t), opts)
+	if err != nil {
+		t.Fatalf("relockvalkey.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// raw returns a plain rueidis client on d, for reading and writing behind relock's back.
+func (d *deployment) raw(t testing.TB) rueidis.Client {
+	t.Helper()
+	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: d.addrs, DisableCache: true})
+	if err != nil {
+		t.Fatalf("rueidis.NewClient: %v", err)
+	}
+	t.Cleanup(rdb.Close)
+	return rdb
+}
+
+// keysContaining returns every key of d whose name contains substr, asking each node.
+func (d *deployment) keysContaining(t testing.TB, substr string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var keys []string
+	for _, addr := range d.addrs {
+		node, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found, err := node.Do(context.Background(), node.B().Keys().Pattern("*"+substr+"*").Build()).AsStrSlice()
+		node.Close()
+		if err != nil {
+			t.Fatalf("KEYS on %s: %v", addr, err)
+		}
+		for _, k := range found {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}

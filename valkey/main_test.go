@@ -1,0 +1,25 @@
+package relockvalkey_test
+
+import (
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.cluster != nil {
+		shared.cluster.Stop()
+	}
+	if code == 0 {
+		// Cluster clients (valkey-go's and rueidis's) close the connections a topology refresh dropped
+		// 5 s later, on a goroutine of their own.
+		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
+			goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2")); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
