@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/internal/testutil"
