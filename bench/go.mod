@@ -8,6 +8,9 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	github.com/relock-go/relock v0.0.0
+	github.com/relock-go/relock/goredis v0.0.0
+	github.com/relock-go/relock/valkey v0.0.0
+	github.com/valkey-io/valkey-go v1.0.79
 )
 
 require (
@@ -15,13 +18,20 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/redis/rueidis/mock v1.0.79 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/mock v0.6.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
 
 replace github.com/relock-go/relock => ../
+
+replace github.com/relock-go/relock/goredis => ../goredis
+
+replace github.com/relock-go/relock/valkey => ../valkey

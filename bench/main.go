@@ -174,10 +174,15 @@ func allocsPerOp(n int, fn func() error) float64 {
 	return float64(b.Mallocs-a.Mallocs) / float64(n)
 }
 
-// contenders returns every peer's lock, a plain client, and relock's raw scripts on it, all on addr (the
-// server, or a proxy in front of it), and the function that closes them.
+// onClients is ls with relock on go-redis and on valkey-go after it, bounded as the others.
+func onClients(ls []locker, addr string) []locker {
+	return append(ls, &bounded{locker: newRelockOnGoRedis(addr)}, &bounded{locker: newRelockOnValkey(addr)})
+}
+
+// contenders returns every peer's lock and relock on each client, a plain client, and relock's raw scripts
+// on it, all on addr (the server, or a proxy in front of it), and the function that closes them.
 func contenders(addr string) ([]locker, rueidis.Client, *rawScripts, func()) {
-	ls := peers(addr)
+	ls := onClients(peers(addr), addr)
 	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
 		log.Fatal(err)
@@ -249,6 +254,9 @@ func uncontended(r *report, addr, title string, lat time.Duration) {
 	relockMean := float64(mean(samples["relock"]))
 	bestPeer, bestName := 0.0, ""
 	for _, l := range ls[1:] {
+		if isRelock(l.name()) {
+			continue
+		}
 		if m := float64(mean(samples[l.name()])); bestPeer == 0 || m < bestPeer {
 			bestPeer, bestName = m, l.name()
 		}
@@ -261,9 +269,17 @@ func uncontended(r *report, addr, title string, lat time.Duration) {
 		verdict(relockP50 <= 1.15*minimalP50, "relock's p50 = %.2f × the minimal pair's (target ≤ 1.15)", relockP50/minimalP50),
 		verdict(rc.client <= m.client*13/10, "relock's client CPU = %.2f × the minimal pair's (target ≤ 1.3)", float64(rc.client)/float64(m.client)),
 		verdict(rc.script <= 2*m.script, "relock's script time = %.2f × the minimal pair's (target ≤ 2)", float64(rc.script)/float64(m.script)))
+	for _, n := range []string{goRedisName, valkeyName} {
+		p, c := float64(pct(samples[n], .5)), spent[n]
+		sec.verdicts = append(sec.verdicts, verdict(p <= 1.15*relockP50,
+			"%s: p50 = %.2f × relock on rueidis (target ≤ 1.15), client CPU = %.2f ×", n, p/relockP50, float64(c.client)/float64(rc.client)))
+	}
 	if lat == 0 {
 		bestP50, bestP50Name := 0.0, ""
 		for _, l := range ls[1:] {
+			if isRelock(l.name()) {
+				continue
+			}
 			if p := float64(pct(samples[l.name()], .5)); bestP50 == 0 || p < bestP50 {
 				bestP50, bestP50Name = p, l.name()
 			}
@@ -326,6 +342,9 @@ func parallel(r *report, addr, title string, lat time.Duration) {
 	}
 	best, bestName := 0.0, ""
 	for _, l := range ls[1:] {
+		if isRelock(l.name()) {
+			continue
+		}
 		if rates[l.name()] > best {
 			best, bestName = rates[l.name()], l.name()
 		}
@@ -341,6 +360,10 @@ func parallel(r *report, addr, title string, lat time.Duration) {
 		}
 		sec.rows = append(sec.rows, []string{n, fmt.Sprintf("%.0f", rates[n]), fmt.Sprintf("%.2f", rates[n]/best), hung[n]})
 		r.chart2 = append(r.chart2, bar{n, rates[n]})
+	}
+	for _, n := range []string{goRedisName, valkeyName} {
+		sec.verdicts = append(sec.verdicts, verdict(rates[n]*1.15 >= rates["relock"],
+			"%s = %.2f × relock on rueidis (target ≥ 1/1.15 = 0.87)", n, rates[n]/rates["relock"]))
 	}
 	rue := max(rates["rueidislock"], rates["rueidislock best"])
 	sec.verdicts = append(sec.verdicts,
@@ -361,7 +384,7 @@ func parallel(r *report, addr, title string, lat time.Duration) {
 // only the 2 owners run.
 func handoff(r *report, addr, title string, lat time.Duration) {
 	ctx := context.Background()
-	a, b := peers(addr), peers(addr)
+	a, b := onClients(peers(addr), addr), onClients(peers(addr), addr)
 	defer closeAll(a)
 	defer closeAll(b)
 	sec := section{title: title, note: "Owners on two handles (clients), each holding 1 ms while the others wait. 2 owners: for each acquisition by an owner that had to wait, the time from the first Unlock call made while it waited to its acquisition (an owner passed over, by the releasing owner taking the lock straight back, keeps counting from that first release, so retry timers and barging count). 8 waiters: the time the lock sat free between two different owners, from an Unlock call to the next acquisition by another owner; min/max are acquisitions per waiter. Overlaps count acquisitions made while another owner was still inside: any is a broken lock. Hung: lock calls still waiting 1 s after the run ended (the lock free by then), or unlock calls that took over " + bound.String() + ". Each peer in its defaults and in its best documented configuration (\"best\"). The floor, \"" + waitingMinimalName + "\" (2 owners only): the minimal pair on a default rueidis client per handle, each handle waiting for the unlock message on a subscription it holds for good. Targets: relock's p50 below rueidislock's in either configuration, 2 owners within 1.2 × the floor's, and no waiter starved.",
@@ -383,6 +406,7 @@ func handoff(r *report, addr, title string, lat time.Duration) {
 	}
 	closeAll([]locker{fa, fb})
 	var relock2, relock8 time.Duration
+	onClient2 := map[string]time.Duration{}
 	rue2, rue8 := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
 	var rue2Name, rue8Name string
 	for i := range a {
@@ -406,6 +430,10 @@ func handoff(r *report, addr, title string, lat time.Duration) {
 			}
 			sec.verdicts = append(sec.verdicts,
 				verdict(two.overlaps+eight.overlaps == 0, "relock: %d overlapping holds (target 0)", two.overlaps+eight.overlaps))
+		case goRedisName, valkeyName:
+			onClient2[a[i].name()] = pct(two.waits, .5)
+			sec.verdicts = append(sec.verdicts,
+				verdict(two.overlaps+eight.overlaps == 0, "%s: %d overlapping holds (target 0)", a[i].name(), two.overlaps+eight.overlaps))
 		case "rueidislock", "rueidislock best":
 			if p := pct(two.waits, .5); p < rue2 {
 				rue2, rue2Name = p, a[i].name()
@@ -414,6 +442,10 @@ func handoff(r *report, addr, title string, lat time.Duration) {
 				rue8, rue8Name = p, a[i].name()
 			}
 		}
+	}
+	for _, n := range []string{goRedisName, valkeyName} {
+		sec.verdicts = append(sec.verdicts, verdict(float64(onClient2[n]) <= 1.15*float64(relock2),
+			"2 owners: %s p50 = %.2f × relock on rueidis (target ≤ 1.15)", n, float64(onClient2[n])/float64(relock2)))
 	}
 	sec.verdicts = append(sec.verdicts,
 		verdict(relock2 < rue2, "2 owners: relock p50 %s against %s's %s (the faster rueidislock configuration; target: below)", us(relock2), rue2Name, us(rue2)),

@@ -17,7 +17,11 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
 
+	"github.com/valkey-io/valkey-go"
+
 	"github.com/relock-go/relock"
+	relockgoredis "github.com/relock-go/relock/goredis"
+	relockvalkey "github.com/relock-go/relock/valkey"
 )
 
 // locker is what the scenarios need of a lock library: a blocking acquisition (each library waits its own
@@ -28,9 +32,12 @@ type locker interface {
 	close()
 }
 
-// relockLocker is relock's RLock, held by the calling goroutine.
+// relockLocker is relock's RLock, held by the calling goroutine: on rueidis (relock.New), or on another
+// Redis client (label says which; done closes that client after relock's).
 type relockLocker struct {
-	c *relock.Client
+	c     *relock.Client
+	label string
+	done  func()
 }
 
 func newRelock(addr string, opts *relock.Options) (*relockLocker, error) {
@@ -38,7 +45,46 @@ func newRelock(addr string, opts *relock.Options) (*relockLocker, error) {
 	return &relockLocker{c: c}, err
 }
 
-func (r *relockLocker) name() string { return "relock" }
+// goRedisName and valkeyName are relock on go-redis and on valkey-go.
+const (
+	goRedisName = "relock on go-redis"
+	valkeyName  = "relock on valkey-go"
+)
+
+// newRelockOnGoRedis is relock on a go-redis client in the configuration relockgoredis recommends
+// (ContextTimeoutEnabled: a call ends at its deadline without a goroutine of its own).
+func newRelockOnGoRedis(addr string) *relockLocker {
+	rdb := goredislib.NewClient(&goredislib.Options{Addr: addr, ContextTimeoutEnabled: true})
+	c, err := relockgoredis.New(rdb, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return &relockLocker{c: c, label: goRedisName, done: func() { rdb.Close() }}
+}
+
+// newRelockOnValkey is relock on a valkey-go client configured as relock.New configures its rueidis one
+// (AlwaysPipelining, DisableRetry; see relock.Wrap).
+func newRelockOnValkey(addr string) *relockLocker {
+	vk, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, DisableCache: true, AlwaysPipelining: true, DisableRetry: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := relockvalkey.New(vk, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return &relockLocker{c: c, label: valkeyName, done: vk.Close}
+}
+
+// isRelock reports whether a contender is relock, on whichever client: not a peer.
+func isRelock(name string) bool { return name == "relock" || name == goRedisName || name == valkeyName }
+
+func (r *relockLocker) name() string {
+	if r.label != "" {
+		return r.label
+	}
+	return "relock"
+}
 
 // owners numbers the owner tokens relockLocker takes its locks with.
 var owners atomic.Int64
@@ -54,7 +100,12 @@ func (r *relockLocker) lock(ctx context.Context, key string) (func() error, erro
 	return func() error { return l.Unlock(context.WithoutCancel(ctx)) }, nil
 }
 
-func (r *relockLocker) close() { r.c.Close() }
+func (r *relockLocker) close() {
+	r.c.Close()
+	if r.done != nil {
+		r.done()
+	}
+}
 
 // rueidisLocker is rueidis's own lock (rueidislock): waiters are woken by client-side caching
 // invalidations. With its defaults a lock is a majority of 3 keys (KeyMajority 2); its best documented
