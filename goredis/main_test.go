@@ -5,10 +5,25 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/relock-go/relock/internal/redistest"
 )
 
+// redisAddr is the address of a redis-server the tests start, for the examples.
+var redisAddr string
+
 func TestMain(m *testing.M) {
+	srv, err := redistest.StartServer()
+	if err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		os.Exit(1)
+	}
+	redisAddr = srv.Addr()
 	code := m.Run()
+	if err := srv.Stop(); err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		code = 1
+	}
 	if shared.cluster != nil {
 		shared.cluster.Stop()
 	}
