@@ -85,6 +85,8 @@ var tests = []struct {
 	{"LeaseExpiry", leaseExpiry},
 	{"MutualExclusion", mutualExclusion},
 	{"FencingAndHoldContext", fencingAndHoldContext},
+	{"WokenByRelease", wokenByRelease},
+	{"CloseGivesUp", closeGivesUp},
 }
 
 // Run runs every conformance test for every lock kind and every place in where, each in a parallel
@@ -273,5 +275,74 @@ func fencingAndHoldContext(t *testing.T, d *Deployment, newLock func(*relock.Cli
 	}
 	if !errors.Is(context.Cause(held), relock.ErrLockLost) {
 		t.Fatalf("cause = %v, want ErrLockLost", context.Cause(held))
+	}
+}
+
+// wokenByRelease: a waiter on another Client blocks while the lock is held (the watchdog keeps it 30 s),
+// and has it within 2 s of the release: woken by the release's message, not by the lock's expiry.
+func wokenByRelease(t *testing.T, d *Deployment, newLock func(*relock.Client, string, ...relock.LockOption) Lock) {
+	a, b := d.Client(t, nil), d.Client(t, nil)
+	ctx := testutil.Ctx(t, 20*time.Second)
+	name := d.name("woken")
+	if err := newLock(a, name).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	done := make(chan error, 1)
+	go func() {
+		l := newLock(b, name)
+		if err := l.Lock(ctx); err != nil {
+			done <- err
+			return
+		}
+		got <- time.Now()
+		done <- l.Unlock(ctx)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-got:
+		t.Fatal("the waiter got the lock while it was held")
+	default:
+	}
+	released := time.Now()
+	if err := newLock(a, name).Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		if took := at.Sub(released); took > 2*time.Second {
+			t.Fatalf("the waiter got the lock %v after the release", took)
+		}
+	case err := <-done:
+		t.Fatalf("the waiter's Lock: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken by the release")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// closeGivesUp: a Client's Close releases what it holds: another Client takes the lock at once, and no key
+// of the closed Client's owners is left.
+func closeGivesUp(t *testing.T, d *Deployment, newLock func(*relock.Client, string, ...relock.LockOption) Lock) {
+	a, b := d.Client(t, nil), d.Client(t, nil)
+	ctx := testutil.Ctx(t, 20*time.Second)
+	name := d.name("closed")
+	if err := newLock(a, name).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	l := newLock(b, name)
+	if ok, err := l.TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("TryLock after the holder's Client closed = %v, %v; want true at once", ok, err)
+	}
+	if left := d.Keys(t, a.ID()); len(left) > 0 {
+		t.Fatalf("keys of the closed Client's owners are left: %v", left)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
