@@ -10,10 +10,13 @@
 //
 // # What differs from relock on rueidis
 //
-//   - The watch of holds is off (Options.NoHoldWatch): go-redis gives no connection with CLIENT TRACKING's
-//     invalidations. A hold lost in Redis (its key deleted or expired behind relock's back) is seen at
-//     the hold's next renewal, within a third of the watchdog timeout, not within milliseconds; Lost,
-//     HoldContext and the loss callbacks tell it then.
+//   - The watch of holds (a hold lost in Redis seen within milliseconds) reads Redis on a connection with
+//     CLIENT TRACKING, whose invalidations go-redis does not deliver. On a single server (a failover
+//     client's master included) relock makes that one connection with rueidis, from rdb's own options:
+//     its dialer (address, TLS, Sentinel's current master), user and password or credentials provider,
+//     database and client name. On a cluster the watch is off, as for a rueidis cluster client given to
+//     relock.Wrap: a hold lost in Redis is seen at its next renewal, within a third of the watchdog
+//     timeout. Options.NoHoldWatch turns it off everywhere.
 //   - Waits use pub/sub on connections of go-redis's PubSub, one per single server (a Client's waits share
 //     it), one per channel on a cluster, as relock on rueidis does. Each is pinged after a second without
 //     traffic, and one that does not answer within another second is taken as lost: relock subscribes
@@ -43,24 +46,19 @@ import (
 )
 
 // New returns a relock Client that sends every command through rdb. opts are relock's options, as for
-// relock.Wrap; their Redis field is not used, and NoHoldWatch is set (see the package documentation).
+// relock.Wrap; their Redis field is not used.
 //
 // New fails with relock.ErrNilClient for a nil rdb, and with relock.ErrInvalidOptions for a client type it
 // does not support (a *redis.Ring). It sends nothing to Redis.
 func New(rdb redis.UniversalClient, opts *relock.Options) (*relock.Client, error) {
-	var o relock.Options
-	if opts != nil {
-		o = *opts
-	}
-	o.NoHoldWatch = true
 	a, err := adapt(rdb)
 	if err != nil {
 		return nil, err
 	}
 	if a == nil {
-		return relock.Wrap(nil, &o) // relock's own ErrNilClient
+		return relock.Wrap(nil, opts) // relock's own ErrNilClient
 	}
-	return relock.Wrap(a, &o)
+	return relock.Wrap(a, opts)
 }
 
 // adapt returns the rueidis.Client that relock uses over rdb (nil for a nil rdb).

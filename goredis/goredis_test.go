@@ -239,3 +239,62 @@ func subscribed(t testing.TB, raw rueidis.Client, channel string) bool {
 	channels, _ := testutil.Do(t, raw, "PUBSUB", "CHANNELS", channel).AsStrSlice()
 	return len(channels) > 0
 }
+
+// The watch of holds runs on a single server: a hold deleted behind relock's back is seen lost at once,
+// long before the renewal (10 s here) would find it. Its connection is made from the go-redis client's
+// options: here a user, its password and a database other than 0, without which it could not read the
+// hold.
+func TestHoldLossSeenAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opts func(addr string) *redis.Options
+	}{
+		{"plain", func(addr string) *redis.Options { return &redis.Options{Addr: addr} }},
+		{"user-db", func(addr string) *redis.Options {
+			return &redis.Options{Addr: addr, Username: "app", Password: "secret", DB: 3, ContextTimeoutEnabled: true}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			if tc.name == "user-db" { // the default user needs a password of its own: the watch must log in as app
+				admin := testutil.Raw(t, srv.Addr())
+				testutil.Do(t, admin, "ACL", "SETUSER", "app", "on", ">secret", "~*", "&*", "+@all")
+				testutil.Do(t, admin, "ACL", "SETUSER", "default", "resetpass", ">admin")
+			}
+			o := tc.opts(srv.Addr())
+			rdb := redis.NewClient(o)
+			t.Cleanup(func() { rdb.Close() })
+			c := newClient(t, rdb, nil)
+			ctx := testutil.Ctx(t, 20*time.Second)
+			l := c.Lock("watched")
+			if err := l.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			hctx, err := l.HoldContext(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond) // the watch reads the hold, tracked
+			if hctx.Err() != nil {             // a watch on another database, or another server, finds no hold
+				t.Fatalf("the hold was taken as lost while it was held: %v", context.Cause(hctx))
+			}
+			start := time.Now()
+			if err := rdb.Del(ctx, "watched").Err(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-hctx.Done():
+				if took := time.Since(start); took > 2*time.Second {
+					t.Fatalf("the loss was seen %v after the delete", took)
+				}
+				if !errors.Is(context.Cause(hctx), relock.ErrLockLost) {
+					t.Fatalf("HoldContext's cause %v, want ErrLockLost", context.Cause(hctx))
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the loss was not seen within 5 s (the renewal comes at 10 s)")
+			}
+		})
+	}
+}

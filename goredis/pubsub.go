@@ -35,6 +35,7 @@ type dedicated struct {
 	err     error                      // why the reader is over, when it is lost
 	closed  bool
 	stop    context.CancelFunc
+	watch   *watchConn // the watch of holds' connection, opened at its HELLO (see watch.go)
 }
 
 func newDedicated(a *client) *dedicated {
@@ -54,7 +55,13 @@ func (d *dedicated) SetPubSubHooks(hooks rueidis.PubSubHooks) <-chan error {
 	return d.gone
 }
 
-func (d *dedicated) SetOnInvalidations(func([]rueidis.RedisMessage)) <-chan error {
+func (d *dedicated) SetOnInvalidations(fn func([]rueidis.RedisMessage)) <-chan error {
+	d.mu.Lock()
+	w := d.watch
+	d.mu.Unlock()
+	if w != nil {
+		return w.SetOnInvalidations(fn)
+	}
 	gone := make(chan error, 1)
 	gone <- errNotSupported
 	close(gone)
@@ -62,9 +69,14 @@ func (d *dedicated) SetOnInvalidations(func([]rueidis.RedisMessage)) <-chan erro
 }
 
 // Do subscribes for SUBSCRIBE and SSUBSCRIBE, returning once the server confirmed every channel (relock
-// then knows that a message published after is delivered); other commands go through the client's pool.
+// then knows that a message published after is delivered). HELLO, the watch of holds' first command,
+// opens the watch's connection (see watch.go), which then takes every command. Other commands go through
+// the client's pool.
 func (d *dedicated) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	words := cmd.Commands()
+	if w := d.watchFor(words); w != nil {
+		return w.Do(ctx, cmd)
+	}
 	if len(words) < 2 {
 		return d.a.Do(ctx, cmd)
 	}
@@ -227,7 +239,25 @@ func (d *dedicated) end(err error) {
 }
 
 func (d *dedicated) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	if w := d.watchFor(nil); w != nil {
+		return w.DoMulti(ctx, multi...)
+	}
 	return d.a.DoMulti(ctx, multi...)
+}
+
+// watchFor returns the watch's connection, opening it for a HELLO (words); nil when this is no watch's.
+// A connection that cannot be opened leaves none: the HELLO then fails, and relock tries again later.
+func (d *dedicated) watchFor(words []string) *watchConn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.watch == nil && len(words) > 0 && strings.EqualFold(words[0], "HELLO") && !d.closed && d.ps == nil {
+		if w, err := openWatch(d.a.rdb); err == nil {
+			d.watch = w
+		} else {
+			d.watch = &watchConn{DedicatedClient: failed{err}}
+		}
+	}
+	return d.watch
 }
 
 func (d *dedicated) Receive(context.Context, rueidis.Completed, func(rueidis.PubSubMessage)) error {
@@ -244,8 +274,11 @@ func (d *dedicated) Close() {
 	}
 	d.closed = true
 	started := d.stop != nil
-	ps, stop := d.ps, d.stop
+	ps, stop, w := d.ps, d.stop, d.watch
 	d.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
 	if !started {
 		d.end(nil)
 		return

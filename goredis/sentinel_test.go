@@ -78,6 +78,27 @@ func TestOnAFailoverClient(t *testing.T) {
 	}
 	a, b := newClient(t, newFailover(), nil), newClient(t, newFailover(), nil)
 	ctx := testutil.Ctx(t, 60*time.Second)
+
+	// The watch of holds connects through the failover client's dialer, to Sentinel's master: a hold
+	// deleted there is seen lost at once.
+	w := a.Lock("watched")
+	if err := w.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hctx, err := w.HoldContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if hctx.Err() != nil {
+		t.Fatalf("the hold was taken as lost while it was held: %v", context.Cause(hctx))
+	}
+	testutil.Do(t, testutil.Raw(t, master.Addr()), "DEL", "watched")
+	select {
+	case <-hctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the loss was not seen within 5 s (the renewal comes at 10 s)")
+	}
 	if err := a.Lock("jobs").Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
