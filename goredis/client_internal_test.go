@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/internal/testutil"
 )
 
 // Replies reach relock as rueidis reads them from Redis: integers, strings, nil, arrays and maps nested,
@@ -29,16 +30,7 @@ func TestRepliesKeepTheirMeaning(t *testing.T) {
 	a, _ := adapt(rdb)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, script := range []string{
-		"return 42",
-		"return 'text'",
-		"return false",
-		"return {1, 'two', {3, false, 'four'}, redis.error_reply('ERR inner')}",
-		"return redis.error_reply('RELOCK_WRONGKIND a test')",
-		"return redis.status_reply('OK')",
-		"redis.setresp(3); return {map={a=1}, double=3.5}",
-		"redis.setresp(3); return redis.call('HELLO')",
-	} {
+	for _, script := range testutil.ReplyScripts {
 		got := a.Do(ctx, builder.Eval().Script(script).Numkeys(0).Build())
 		want := raw.Do(ctx, raw.B().Eval().Script(script).Numkeys(0).Build())
 		if (got.NonRedisError() == nil) != (want.NonRedisError() == nil) {

@@ -1,7 +1,6 @@
 package relockgoredis_test
 
 import (
-	"context"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	relockgoredis "github.com/relock-go/relock/goredis"
 	"github.com/relock-go/relock/internal/conformance"
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/internal/testutil"
 )
 
 // TestConformance runs the library's conformance suite (internal/conformance) with relock on go-redis:
@@ -34,8 +34,8 @@ func TestConformance(t *testing.T) {
 		}
 		return &conformance.Deployment{
 			Client: d.client,
-			Raw:    d.raw,
-			Keys:   d.keysContaining,
+			Raw:    func(t testing.TB) rueidis.Client { return testutil.Raw(t, d.addrs...) },
+			Keys:   func(t testing.TB, substr string) []string { return testutil.KeysContaining(t, d.addrs, substr) },
 			Prefix: d.prefix,
 		}
 	})
@@ -94,37 +94,4 @@ func (d *deployment) client(t testing.TB, opts *relock.Options) *relock.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-// raw returns a plain rueidis client on d, for reading and writing behind relock's back.
-func (d *deployment) raw(t testing.TB) rueidis.Client {
-	t.Helper()
-	rdb, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: d.addrs, DisableCache: true})
-	if err != nil {
-		t.Fatalf("rueidis.NewClient: %v", err)
-	}
-	t.Cleanup(rdb.Close)
-	return rdb
-}
-
-// keysContaining returns every key of d whose name contains substr, asking each node.
-func (d *deployment) keysContaining(t testing.TB, substr string) []string {
-	t.Helper()
-	seen := map[string]bool{}
-	var keys []string
-	for _, addr := range d.addrs {
-		node := redis.NewClient(&redis.Options{Addr: addr})
-		found, err := node.Keys(context.Background(), "*"+substr+"*").Result()
-		node.Close()
-		if err != nil {
-			t.Fatalf("KEYS on %s: %v", addr, err)
-		}
-		for _, k := range found {
-			if !seen[k] {
-				seen[k] = true
-				keys = append(keys, k)
-			}
-		}
-	}
-	return keys
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/internal/testutil"
 )
 
 // Replies reach relock as rueidis reads them from Redis: each of RESP's forms, nested, error replies
@@ -30,16 +31,7 @@ func TestRepliesKeepTheirForm(t *testing.T) {
 	a := &client{vk: vk}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, script := range []string{
-		"return 42",
-		"return 'text'",
-		"return false",
-		"return {1, 'two', {3, false, 'four'}, redis.error_reply('ERR inner')}",
-		"return redis.error_reply('RELOCK_WRONGKIND a test')",
-		"return redis.status_reply('OK')",
-		"redis.setresp(3); return {map={a=1}, double=3.5}",
-		"redis.setresp(3); return redis.call('HELLO')",
-	} {
+	for _, script := range testutil.ReplyScripts {
 		got := a.Do(ctx, builder.Eval().Script(script).Numkeys(0).Build())
 		want := raw.Do(ctx, raw.B().Eval().Script(script).Numkeys(0).Build())
 		if (got.NonRedisError() == nil) != (want.NonRedisError() == nil) {

@@ -126,3 +126,42 @@ func LibraryACL(t testing.TB, path string) []string {
 	}
 	return ACLBlock(t, path, "<!-- acl -->")
 }
+
+// KeysContaining returns the keys whose names contain substr on every server of addrs (each node of a
+// cluster asked on its own), each once.
+func KeysContaining(t testing.TB, addrs []string, substr string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var keys []string
+	for _, addr := range addrs {
+		node, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
+		if err != nil {
+			t.Fatalf("rueidis.NewClient(%s): %v", addr, err)
+		}
+		found, err := node.Do(context.Background(), node.B().Keys().Pattern("*"+substr+"*").Build()).AsStrSlice()
+		node.Close()
+		if err != nil {
+			t.Fatalf("KEYS on %s: %v", addr, err)
+		}
+		for _, k := range found {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
+// ReplyScripts are Lua scripts whose replies take each of RESP's forms, nested, error replies (top-level and
+// inside an array), nil, RESP3's maps and doubles: a client adapter must give relock each as rueidis reads it.
+var ReplyScripts = []string{
+	"return 42",
+	"return 'text'",
+	"return false",
+	"return {1, 'two', {3, false, 'four'}, redis.error_reply('ERR inner')}",
+	"return redis.error_reply('RELOCK_WRONGKIND a test')",
+	"return redis.status_reply('OK')",
+	"redis.setresp(3); return {map={a=1}, double=3.5}",
+	"redis.setresp(3); return redis.call('HELLO')",
+}
