@@ -7,8 +7,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,9 +50,7 @@ func TestMain(m *testing.M) {
 	testutil.RaceExitAtOnce() // the helper processes
 	code := m.Run()
 	_ = srv.Stop()
-	if shared.cluster != nil {
-		shared.cluster.Stop()
-	}
+	testutil.StopSharedCluster()
 	if code == 0 {
 		// rueidis's cluster client closes the connections a topology refresh dropped 5 s later, in a
 		// goroutine of its own that may outlive a closed client briefly; it is not relock's.
@@ -264,22 +260,11 @@ func standalone(t testing.TB) *deployment {
 	return &deployment{kind: "standalone", addrs: []string{srv.Addr()}, servers: []*redistest.Server{srv}}
 }
 
-var shared struct {
-	once    sync.Once
-	cluster *redistest.Cluster
-	err     error
-	runs    atomic.Int64
-}
-
 // onCluster returns a deployment on the test binary's shared cluster (3 masters, 1 replica each), whose
 // lock names start with prefix and a number of its own, so that a test run again (-count) starts afresh.
 func onCluster(t testing.TB, prefix string) *deployment {
-	shared.once.Do(func() { shared.cluster, shared.err = redistest.StartClusterServers(3, 1) })
-	if shared.err != nil {
-		t.Fatalf("starting the shared cluster: %v", shared.err)
-	}
-	prefix += strconv.FormatInt(shared.runs.Add(1), 10) + ":"
-	return &deployment{kind: "cluster", addrs: shared.cluster.Addrs(), servers: shared.cluster.Servers, prefix: prefix}
+	cluster, n := testutil.SharedCluster(t)
+	return &deployment{kind: "cluster", addrs: cluster.Addrs(), servers: cluster.Servers, prefix: prefix + n + ":"}
 }
 
 // name returns a lock or key name for this deployment.

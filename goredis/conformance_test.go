@@ -1,9 +1,6 @@
 package relockgoredis_test
 
 import (
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -54,22 +51,9 @@ func standalone(t testing.TB, ctxTimeout bool) *deployment {
 	return &deployment{addrs: []string{srv.Addr()}, ctxTimeout: ctxTimeout}
 }
 
-var shared struct {
-	once    sync.Once
-	cluster *redistest.Cluster
-	err     error
-	runs    atomic.Int64
-}
-
-// onCluster returns a deployment on the shared cluster (3 masters, 1 replica each), whose names start with
-// prefix and a number of their own.
 func onCluster(t testing.TB, prefix string) *deployment {
-	shared.once.Do(func() { shared.cluster, shared.err = redistest.StartClusterServers(3, 1) })
-	if shared.err != nil {
-		t.Fatalf("starting the shared cluster: %v", shared.err)
-	}
-	prefix += strconv.FormatInt(shared.runs.Add(1), 10) + ":"
-	return &deployment{addrs: shared.cluster.Addrs(), cluster: true, ctxTimeout: true, prefix: prefix}
+	cluster, n := testutil.SharedCluster(t)
+	return &deployment{addrs: cluster.Addrs(), cluster: true, ctxTimeout: true, prefix: prefix + n + ":"}
 }
 
 // goRedis returns a go-redis client on d, closed when t ends.

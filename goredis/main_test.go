@@ -7,6 +7,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/relock-go/relock/internal/redistest"
+	"github.com/relock-go/relock/internal/testutil"
 )
 
 // redisAddr is the address of a redis-server the tests start, for the examples.
@@ -24,9 +25,7 @@ func TestMain(m *testing.M) {
 		os.Stderr.WriteString(err.Error() + "\n")
 		code = 1
 	}
-	if shared.cluster != nil {
-		shared.cluster.Stop()
-	}
+	testutil.StopSharedCluster()
 	if code == 0 {
 		// The raw rueidis cluster clients (for reading behind relock's back) close the connections a
 		// topology refresh dropped 5 s later, on a goroutine of their own.

@@ -1,9 +1,6 @@
 package relockvalkey_test
 
 import (
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/redis/rueidis"
@@ -45,22 +42,9 @@ type deployment struct {
 	prefix string
 }
 
-var shared struct {
-	once    sync.Once
-	cluster *redistest.Cluster
-	err     error
-	runs    atomic.Int64
-}
-
-// onCluster returns a deployment on the shared cluster (3 masters, 1 replica each), whose names start with
-// prefix and a number of their own.
 func onCluster(t testing.TB, prefix string) *deployment {
-	shared.once.Do(func() { shared.cluster, shared.err = redistest.StartClusterServers(3, 1) })
-	if shared.err != nil {
-		t.Fatalf("starting the shared cluster: %v", shared.err)
-	}
-	prefix += strconv.FormatInt(shared.runs.Add(1), 10) + ":"
-	return &deployment{addrs: shared.cluster.Addrs(), prefix: prefix}
+	cluster, n := testutil.SharedCluster(t)
+	return &deployment{addrs: cluster.Addrs(), prefix: prefix + n + ":"}
 }
 
 // valkeyClient returns a valkey-go client on d, closed when t ends.

@@ -7,7 +7,10 @@ package testutil
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,4 +167,31 @@ var ReplyScripts = []string{
 	"return redis.status_reply('OK')",
 	"redis.setresp(3); return {map={a=1}, double=3.5}",
 	"redis.setresp(3); return redis.call('HELLO')",
+}
+
+// shared is the test binary's cluster, for the tests that share one (see SharedCluster).
+var shared struct {
+	once    sync.Once
+	cluster *redistest.Cluster
+	err     error
+	runs    atomic.Int64
+}
+
+// SharedCluster returns the test binary's shared cluster (3 masters with a replica each), started at the
+// first call, and a number no other call returns, to start a test's names with (a test run again, -count,
+// starts afresh). TestMain stops it with StopSharedCluster.
+func SharedCluster(t testing.TB) (*redistest.Cluster, string) {
+	t.Helper()
+	shared.once.Do(func() { shared.cluster, shared.err = redistest.StartClusterServers(3, 1) })
+	if shared.err != nil {
+		t.Fatalf("starting the shared cluster: %v", shared.err)
+	}
+	return shared.cluster, strconv.FormatInt(shared.runs.Add(1), 10)
+}
+
+// StopSharedCluster stops the shared cluster, if a test started it.
+func StopSharedCluster() {
+	if shared.cluster != nil {
+		shared.cluster.Stop()
+	}
 }
