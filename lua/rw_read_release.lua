@@ -17,34 +17,13 @@
 --
 -- Returns -1 when the owner holds no read lock (or its count is not ARGV[3]; or every level of its hold
 --         expired, see lib/readers.lua): nothing was changed but, when it holds nothing, the removal of
---         its field from the release record, and of its dead field from the lock (the lock too, and a
---         wake-up, when no one else held it);
+--         its field from the release record;
 --         the owner's remaining read count otherwise (for a repeated request, or a sending of one found
 --         void, the current one);
 --         an error RELOCK_... when the key is no read-write lock's (see lib/kinds.lua): nothing changed.
 -- @include lib/release.lua
 -- @include lib/readers.lua
 -- @include lib/kinds.lua
-
--- free_if_unheld deletes the lock, and wakes a waiter, when no one holds it any more: not the writer (a
--- downgrade), nor a reader with a hold level that has not expired. The search stops at the first: with
--- many readers, releases stay cheap. Readers whose levels all expired and that are met on the way are
--- dropped (writers drop the rest).
-local function free_if_unheld()
-  for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
-    if field ~= 'mode' then
-      if string.sub(field, -6) == ':write' then
-        return
-      end
-      if read_hold_alive(ARGV[6], field, tonumber(redis.call('hget', KEYS[1], field)) or 0) then
-        return
-      end
-      redis.call('hdel', KEYS[1], field)
-    end
-  end
-  redis.call('del', KEYS[1], KEYS[3], KEYS[4])
-  redis.call(ARGV[5], KEYS[2], ARGV[2])
-end
 
 local refused = held_refusal(KEYS[1], true)
 if refused then
@@ -59,16 +38,10 @@ local owner = ARGV[1]
 local prefix = ARGV[6] .. ':'
 -- A reader whose every hold level expired holds nothing, though its field is still there. An owner that
 -- holds nothing has no release left to repeat: its release record goes (a release that left it holding
--- wrote one, which would otherwise outlive the owner's hold, and its Client, up to the lock's time to live),
--- and so does its field (which would stay until a writer or the lock's expiry took it), and with it the
--- lock when it was the last.
+-- wrote one, which would otherwise outlive the owner's hold, and its Client, up to the lock's time to live).
 local count = tonumber(redis.call('hget', KEYS[1], owner))
 if not count or not read_hold_alive(ARGV[6], owner, count) then
   redis.call('hdel', KEYS[3], owner)
-  if count then
-    redis.call('hdel', KEYS[1], owner)
-    free_if_unheld()
-  end
   return -1
 end
 -- Each read hold level has its own key, deleted with the hold. The levels of one owner are alike (its
@@ -96,5 +69,21 @@ end)
 if left ~= 0 then
   return left
 end
-free_if_unheld()
+
+-- Is anyone left? The writer (a downgrade), or a reader with a hold level that has not expired. The
+-- search stops at the first: with many readers, releases stay cheap. Readers whose levels all expired and
+-- that are met on the way are dropped (writers drop the rest).
+for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+  if field ~= 'mode' then
+    if string.sub(field, -6) == ':write' then
+      return 0
+    end
+    if read_hold_alive(ARGV[6], field, tonumber(redis.call('hget', KEYS[1], field)) or 0) then
+      return 0
+    end
+    redis.call('hdel', KEYS[1], field)
+  end
+end
+redis.call('del', KEYS[1], KEYS[3], KEYS[4])
+redis.call(ARGV[5], KEYS[2], ARGV[2])
 return 0

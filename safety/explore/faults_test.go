@@ -279,7 +279,8 @@ func (s *sched) leftOf(cs []*relock.Client) []string {
 
 // deadReader reports whether the hash field m is a read-write lock's reader whose every hold level
 // expired (keys has none of its level keys): it holds nothing, and, as an expired permit's entry, its
-// field stays until a release or a writer clears it (its own release does, see rw_read_release.lua).
+// field stays until the lock's next writer, or its expiry, drops it (its own release, answered ErrNotHeld,
+// changes nothing of the lock).
 func deadReader(keys []string, m string) bool {
 	if strings.HasSuffix(m, ":write") {
 		return false
