@@ -196,13 +196,17 @@ func (w *holdTable) releaseUnanswered(k holdKey) { w.step(k, holdEvent{ev: evRel
 // entryLeft records that the wait queue entry k is gone: its owner's acquisition removed it.
 func (w *holdTable) entryLeft(k holdKey) { w.step(k, holdEvent{ev: evEntryLeft}) }
 
-// watchedHolds returns the holds of keys that the table has, each with its hold (see holdWatch).
+// watchedHolds returns the holds of keys that the table has and that are held, each with its hold (see
+// holdWatch). A hold whose release is under way, or doubted, is not read: the release may have deleted its
+// key, and a read of a key that is gone would put it back in Redis's tracking table (see
+// watch_untrack.lua); the release's outcome decides its fate, and a hold it leaves held is read again
+// (see stepLocked).
 func (w *holdTable) watchedHolds(keys []holdKey) []watched {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]watched, 0, len(keys))
 	for _, k := range keys {
-		if h := w.holds[k]; h != nil && h.mode != entryMode {
+		if h := w.holds[k]; h != nil && h.mode != entryMode && h.phase == phaseHeld {
 			out = append(out, watched{k, h})
 		}
 	}

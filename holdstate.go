@@ -292,6 +292,13 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 	case evShut:
 		out.add(w.endLocked(h, ev.cause))
 	}
+	if before == phaseReleasing || before == phaseDoubted {
+		if h.phase == phaseHeld {
+			// Held again after a release: the watch did not read it meanwhile (see watchedHolds), and an
+			// invalidation it let go by took the key out of Redis's tracking: it reads the key again.
+			w.c.watch.touch(h.key)
+		}
+	}
 	if invariant.On() {
 		w.checkHoldLocked(h, before, ev)
 	}

@@ -1,0 +1,153 @@
+package relock_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relock-go/relock"
+	"github.com/relock-go/relock/internal/redistest"
+)
+
+// trackingKeys returns Redis's count of keys in its tracking table (INFO stats tracking_total_keys).
+func trackingKeys(t testing.TB, rdb rueidis.Client) int {
+	t.Helper()
+	info, err := do(t, rdb, "INFO", "stats").ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "tracking_total_keys:"); ok {
+			var n int
+			fmt.Sscan(v, &n)
+			return n
+		}
+	}
+	t.Fatal("INFO stats has no tracking_total_keys")
+	return 0
+}
+
+// The watch of holds tracks the keys of the holds it reads. A hold released, or lost, leaves no entry in
+// Redis's tracking table behind, whichever comes first at the watch, the release's invalidation or its
+// reply: after many names held past the watch's first read and released, the table is back to what it
+// was. (Before, a third to two thirds of such names left an entry until the name was written again.)
+func TestWatchLeavesNoTrackingEntries(t *testing.T) {
+	t.Parallel()
+	const names = 200
+	for _, kind := range []struct {
+		name string
+		hold func(c *relock.Client, ctx context.Context, name string) (release func() error, err error)
+	}{
+		{"rlock", func(c *relock.Client, ctx context.Context, name string) (func() error, error) {
+			l := c.Lock(name)
+			return func() error { return l.Unlock(ctx) }, l.Lock(ctx)
+		}},
+		{"fair", func(c *relock.Client, ctx context.Context, name string) (func() error, error) {
+			l := c.FairLock(name)
+			return func() error { return l.Unlock(ctx) }, l.Lock(ctx)
+		}},
+		{"read", func(c *relock.Client, ctx context.Context, name string) (func() error, error) {
+			l := c.ReadWriteLock(name).ReadLock()
+			return func() error { return l.Unlock(ctx) }, l.Lock(ctx)
+		}},
+		{"write", func(c *relock.Client, ctx context.Context, name string) (func() error, error) {
+			l := c.ReadWriteLock(name).WriteLock()
+			return func() error { return l.Unlock(ctx) }, l.Lock(ctx)
+		}},
+		{"permit", func(c *relock.Client, ctx context.Context, name string) (func() error, error) {
+			s := c.PermitSemaphore(name)
+			if _, err := s.TrySetPermits(ctx, 1); err != nil {
+				return nil, err
+			}
+			p, err := s.Acquire(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return p.Release(ctx) }, nil
+		}},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			c := newClient(t, srv, nil)
+			rdb := rawClient(t, srv)
+			ctx := ctxTimeout(t, 60*time.Second)
+			base := trackingKeys(t, rdb)
+			var wg sync.WaitGroup
+			for i := range names {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					own := relock.WithOwner(ctx, fmt.Sprint("o", i))
+					release, err := kind.hold(c, own, fmt.Sprintf("%s-%d", kind.name, i))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					time.Sleep(20 * time.Millisecond) // past the watch's first read (5 ms)
+					if err := release(); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+			var left int
+			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if left = trackingKeys(t, rdb) - base; left <= 2 {
+					return
+				}
+			}
+			t.Fatalf("%d of %d names released left an entry in Redis's tracking table", left, names)
+		})
+	}
+}
+
+// A hold lost (its key deleted behind its holder's back) leaves no entry in Redis's tracking table either:
+// the watch's read that finds it gone takes the key out (see watch_untrack.lua).
+func TestWatchLeavesNoTrackingEntriesOfLostHolds(t *testing.T) {
+	t.Parallel()
+	const names = 100
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 60*time.Second)
+	base := trackingKeys(t, rdb)
+	holds := make([]context.Context, names)
+	for i := range names {
+		l := c.Lock(fmt.Sprint("lost-", i))
+		if err := l.Lock(relock.WithOwner(ctx, "o")); err != nil {
+			t.Fatal(err)
+		}
+		hctx, err := l.HoldContext(relock.WithOwner(ctx, "o"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds[i] = hctx
+	}
+	time.Sleep(50 * time.Millisecond) // past the watch's first read (5 ms)
+	if n := trackingKeys(t, rdb) - base; n < names {
+		t.Fatalf("%d of %d held names are tracked: the watch did not read them", n, names)
+	}
+	for i := range names {
+		do(t, rdb, "DEL", fmt.Sprint("lost-", i))
+	}
+	for i, h := range holds {
+		select {
+		case <-h.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("hold %d not seen lost", i)
+		}
+	}
+	var left int
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if left = trackingKeys(t, rdb) - base; left <= 2 {
+			return
+		}
+	}
+	t.Fatalf("%d of %d names lost left an entry in Redis's tracking table", left, names)
+}
