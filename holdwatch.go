@@ -43,12 +43,12 @@ type holdWatch struct {
 	// untracked are the keys the watch found gone and is taking out of Redis's tracking table (see
 	// untrack): the invalidation that sends is not a change to read.
 	untracked map[string]struct{}
-	all     bool                // read every watched hold again
-	started bool
-	off     bool // tracking refused by the server: the watchdog alone watches
-	armed   bool // the loop's timer is set for the first hold not read yet: add need not wake the loop
-	kick    chan struct{}
-	stopped chan struct{} // closed when the loop has ended
+	all       bool // read every watched hold again
+	started   bool
+	off       bool // tracking refused by the server: the watchdog alone watches
+	armed     bool // the loop's timer is set for the first hold not read yet: add need not wake the loop
+	kick      chan struct{}
+	stopped   chan struct{} // closed when the loop has ended
 }
 
 // watchDelay is how long a hold lasts before the watch first reads it.
