@@ -197,10 +197,10 @@ func (w *holdTable) releaseUnanswered(k holdKey) { w.step(k, holdEvent{ev: evRel
 func (w *holdTable) entryLeft(k holdKey) { w.step(k, holdEvent{ev: evEntryLeft}) }
 
 // watchedHolds returns the holds of keys that the table has and that are held, each with its hold (see
-// holdWatch). A hold whose release is under way, or doubted, is not read: the release may have deleted its
-// key, and a read of a key that is gone would put it back in Redis's tracking table (see
-// watch_untrack.lua); the release's outcome decides its fate, and a hold it leaves held is read again
-// (see stepLocked).
+// holdWatch). A read of a key that is gone puts it in Redis's tracking table all the same, where it stays
+// until the key is written again, for good for a name no one uses again; so a hold whose release is under
+// way, or doubted, is not read: the release may have deleted its key. Its outcome decides the hold's fate,
+// and a hold it leaves held is read again (see stepLocked).
 func (w *holdTable) watchedHolds(keys []holdKey) []watched {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -2,7 +2,6 @@ package relock
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,15 +39,12 @@ type holdWatch struct {
 	keys    map[string]int
 	pending int                 // holds not read yet
 	dirty   map[string]struct{} // keys to read again now
-	// untracked are the keys the watch found gone and is taking out of Redis's tracking table (see
-	// untrack): the invalidation that sends is not a change to read.
-	untracked map[string]struct{}
-	all       bool // read every watched hold again
-	started   bool
-	off       bool // tracking refused by the server: the watchdog alone watches
-	armed     bool // the loop's timer is set for the first hold not read yet: add need not wake the loop
-	kick      chan struct{}
-	stopped   chan struct{} // closed when the loop has ended
+	all     bool                // read every watched hold again
+	started bool
+	off     bool // tracking refused by the server: the watchdog alone watches
+	armed   bool // the loop's timer is set for the first hold not read yet: add need not wake the loop
+	kick    chan struct{}
+	stopped chan struct{} // closed when the loop has ended
 }
 
 // watchDelay is how long a hold lasts before the watch first reads it.
@@ -56,8 +52,7 @@ const watchDelay = 5 * time.Millisecond
 
 func newHoldWatch(c *Client) *holdWatch {
 	return &holdWatch{c: c, holds: make(map[holdKey]watchEntry), keys: make(map[string]int),
-		dirty: make(map[string]struct{}), untracked: make(map[string]struct{}), kick: make(chan struct{}, 1),
-		stopped: make(chan struct{})}
+		dirty: make(map[string]struct{}), kick: make(chan struct{}, 1), stopped: make(chan struct{})}
 }
 
 // watchEntry is a watched hold: when it began to be watched, until it is first read (zero once read), and
@@ -142,10 +137,6 @@ func (hw *holdWatch) invalidated(msgs []rueidis.RedisMessage) {
 	}
 	for _, m := range msgs {
 		if key, err := m.ToString(); err == nil {
-			if _, ok := hw.untracked[key]; ok { // the untrack's own (see untrack)
-				delete(hw.untracked, key)
-				continue
-			}
 			if _, ok := hw.keys[key]; ok {
 				hw.dirty[key] = struct{}{}
 			}
@@ -177,7 +168,6 @@ func (hw *holdWatch) loop() {
 	readAll := func() {
 		hw.mu.Lock()
 		hw.all = true
-		clear(hw.untracked) // a new link's tracking starts afresh: no untrack's invalidation is to come
 		hw.mu.Unlock()
 	}
 	failed := func() {
@@ -314,7 +304,6 @@ func (hw *holdWatch) read(life context.Context, link watchLink, holds []watched)
 	ctx, cancel := context.WithTimeout(life, subscribeTimeout)
 	defer cancel()
 	var failed error
-	var gone []string
 	for i, r := range link.read(ctx, reads) {
 		var there bool
 		err := r.Error()
@@ -335,36 +324,7 @@ func (hw *holdWatch) read(life context.Context, link watchLink, holds []watched)
 		}
 		if !there { // gone, or its key is of another type now (WRONGTYPE)
 			hw.c.holds.checkNow(holds[i].h)
-			if err == nil {
-				gone = append(gone, reads[i].key)
-			}
 		}
-	}
-	if len(gone) > 0 {
-		hw.untrack(ctx, link, gone)
 	}
 	return failed
-}
-
-// untrack takes keys, read and found without their hold, out of Redis's tracking table where the read
-// put them, when they do not exist (see watch_untrack.lua): an entry for a name no one writes again would
-// stay for good. A key that exists keeps its entry until its next write, as every watched key does. The
-// untrack's own invalidation is not a change to read (see invalidated). A failure leaves the entry: it
-// costs memory in Redis, no correctness.
-func (hw *holdWatch) untrack(ctx context.Context, link watchLink, keys []string) {
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	hw.mu.Lock()
-	for _, k := range keys {
-		hw.untracked[k] = struct{}{}
-	}
-	hw.mu.Unlock()
-	replies := link.untrack(ctx, keys)
-	hw.mu.Lock()
-	defer hw.mu.Unlock()
-	for i, r := range replies {
-		if n, err := r.AsInt64(); err != nil || n == 0 {
-			delete(hw.untracked, keys[i]) // no invalidation of it comes from the untrack
-		}
-	}
 }

@@ -53,8 +53,6 @@ type watchLink interface {
 	lost() <-chan error
 	// broken reports whether a read's error means the link is unusable.
 	broken(err error) bool
-	// untrack runs watch_untrack.lua on each key, on the server that tracks it for the link.
-	untrack(ctx context.Context, keys []string) []rueidis.RedisResult
 	close()
 }
 
@@ -137,14 +135,6 @@ func (l dedicatedLink) read(ctx context.Context, reads []watchRead) []rueidis.Re
 
 func (l dedicatedLink) lost() <-chan error { return l.gone }
 
-func (l dedicatedLink) untrack(ctx context.Context, keys []string) []rueidis.RedisResult {
-	cmds := make(rueidis.Commands, len(keys))
-	for i, k := range keys {
-		cmds[i] = l.conn.B().Eval().Script(scriptWatchUntrack.src).Numkeys(1).Key(k).Build()
-	}
-	return l.conn.DoMulti(ctx, cmds...)
-}
-
 // broken: a read that got no reply means the connection is gone or stalled; one that got an error reply
 // (BUSY...) is read again on the same connection.
 func (l dedicatedLink) broken(err error) bool {
@@ -174,14 +164,6 @@ func (l cachingLink) read(ctx context.Context, reads []watchRead) []rueidis.Redi
 		}
 	}
 	return l.rdb.DoMultiCache(ctx, cmds...)
-}
-
-func (l cachingLink) untrack(ctx context.Context, keys []string) []rueidis.RedisResult {
-	cmds := make(rueidis.Commands, len(keys))
-	for i, k := range keys {
-		cmds[i] = l.rdb.B().Eval().Script(scriptWatchUntrack.src).Numkeys(1).Key(k).Build()
-	}
-	return l.rdb.DoMulti(ctx, cmds...)
 }
 
 // lost: nil, rueidis restores the connections (and tells their loss as a flush, OnInvalidations(nil)).

@@ -94,7 +94,6 @@ var (
 	scriptReleaseRequest   = loadScript("release_request")
 	scriptRequestHeard     = loadScript("release_request_heard")
 	scriptTakeOver         = loadScript("rlock_takeover")
-	scriptWatchUntrack     = loadScript("watch_untrack")
 )
 
 // run runs one script through the one path (see exec): a single round trip (EVALSHA; EVAL only after
