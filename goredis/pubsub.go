@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,21 +23,118 @@ const pingAfter = time.Second
 // it on a goroutine of its own, which delivers the messages to the hooks. A connection go-redis reports
 // broken, or that does not answer a ping, is lost: the channel SetPubSubHooks returned gets its error
 // and is closed, and the PubSub is closed (go-redis would subscribe again by itself, and relock would
-// not know that messages were missed meanwhile).
+// not know that messages were missed meanwhile). Its life is a subPhase (see step).
 type dedicated struct {
 	a *client
 
 	mu      sync.Mutex
+	phase   subPhase
 	hooks   rueidis.PubSubHooks
 	gone    chan error // SetPubSubHooks's: at most one error, closed when the hooks are called no more
 	ps      *redis.PubSub
+	stop    context.CancelFunc         // ends the reader's context (reading only)
 	waiting map[string][]chan struct{} // "<kind> <channel>" -> subscriptions waiting for the server's confirmation
-	ended   chan struct{}              // closed when the reader is over (or, without one, at Close)
-	err     error                      // why the reader is over, when it is lost
-	closed  bool
-	stop    context.CancelFunc
-	watch   *watchConn // the watch of holds' connection, opened at its HELLO (see watch.go)
+	ended   chan struct{}              // closed on entering subEnded
+	err     error                      // why it ended: nil when closed
+	watch   *watchConn                 // the watch of holds' connection, opened at its HELLO (see watch.go)
 }
+
+// subPhase is where a dedicated connection is in its life:
+//
+//	event           idle           connecting          reading             ended
+//	subscribe       connecting     (waits its turn)    reading             refused (ErrClosing or err)
+//	subscribed      illegal        reading             illegal             ended: the PubSub is closed
+//	lost(err)       illegal        ended(err)          ended(err)          ended (the first err stays)
+//	close           ended          ended               ended               ended
+//
+// Entering ended closes the PubSub (if any), ends the reader, tells the hooks' channel the error (none
+// when closed) and closes it, once. The subscriptions waiting for a confirmation return then.
+type subPhase uint8
+
+const (
+	subIdle       subPhase = iota // no PubSub yet
+	subConnecting                 // the first subscription is being sent; no reader yet
+	subReading                    // the reader delivers messages and confirmations
+	subEnded                      // lost or closed, for good
+)
+
+type subEvent uint8
+
+const (
+	evSubscribe  subEvent = iota // the first subscription is to be sent
+	evSubscribed                 // the first subscription was sent: the reader starts
+	evLost                       // the connection failed
+	evClose                      // Close
+)
+
+// step applies ev to d (d.mu held) and returns what is to be done once d.mu is unlocked: the PubSub and
+// the reader to end, and the hooks' channel to tell, when d ended now. It is the only code that changes
+// d.phase; in test binaries the invariants are checked after it (see check).
+func (d *dedicated) step(ev subEvent, err error) (end func()) {
+	from := d.phase
+	switch {
+	case ev == evSubscribe && from == subIdle:
+		d.phase = subConnecting
+	case ev == evSubscribed && from == subConnecting:
+		d.phase = subReading
+	case ev == evSubscribed && from == subEnded: // closed while the first subscription was sent
+		end = func() { _ = d.ps.Close() }
+	case (ev == evLost || ev == evClose) && from != subEnded:
+		if ev == evLost {
+			d.err = err
+		}
+		d.phase = subEnded
+		close(d.ended)
+		ps, stop, gone, err := d.ps, d.stop, d.gone, d.err
+		end = func() {
+			if stop != nil {
+				stop()
+			}
+			if ps != nil {
+				_ = ps.Close()
+			}
+			if gone != nil {
+				if err != nil {
+					gone <- err
+				}
+				close(gone)
+			}
+		}
+	case ev == evLost || ev == evClose: // ended already
+	default:
+		panic("relockgoredis: subscription event " + strconv.Itoa(int(ev)) + " in phase " + strconv.Itoa(int(from)))
+	}
+	d.check()
+	return end
+}
+
+// check panics, in test binaries (see checkInvariants), when d's fields disagree with its phase.
+func (d *dedicated) check() {
+	if !checkInvariants {
+		return
+	}
+	endedClosed := false
+	select {
+	case <-d.ended:
+		endedClosed = true
+	default:
+	}
+	ok := endedClosed == (d.phase == subEnded)
+	switch d.phase {
+	case subIdle:
+		ok = ok && d.ps == nil && d.stop == nil
+	case subConnecting:
+		ok = ok && d.ps != nil && d.stop == nil
+	case subReading:
+		ok = ok && d.ps != nil && d.stop != nil
+	}
+	if !ok {
+		panic("relockgoredis: a subscription connection's fields disagree with its phase " + strconv.Itoa(int(d.phase)))
+	}
+}
+
+// checkInvariants turns check on; the package's tests set it.
+var checkInvariants = false
 
 func newDedicated(a *client) *dedicated {
 	return &dedicated{a: a, waiting: make(map[string][]chan struct{}), ended: make(chan struct{})}
@@ -92,18 +190,23 @@ func (d *dedicated) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Redis
 
 func (d *dedicated) subscribe(ctx context.Context, kind string, channels []string) error {
 	d.mu.Lock()
-	if d.closed {
+	if d.phase == subEnded {
+		err := d.err
 		d.mu.Unlock()
-		return rueidis.ErrClosing
+		if err == nil {
+			err = rueidis.ErrClosing
+		}
+		return err
 	}
 	confirmed := make([]chan struct{}, len(channels))
 	for i, ch := range channels {
 		confirmed[i] = make(chan struct{})
 		d.waiting[kind+" "+ch] = append(d.waiting[kind+" "+ch], confirmed[i])
 	}
-	first := d.ps == nil
+	first := d.phase == subIdle
 	if first {
 		d.ps = d.a.rdb.Subscribe(ctx) // connects at the first subscription, to its channel's node
+		d.step(evSubscribe, nil)
 	}
 	ps := d.ps
 	d.mu.Unlock()
@@ -113,19 +216,24 @@ func (d *dedicated) subscribe(ctx context.Context, kind string, channels []strin
 	} else {
 		err = ps.Subscribe(ctx, channels...)
 	}
-	if first {
-		if err != nil {
-			d.end(err)
-			return err
-		}
-		life, stop := context.WithCancel(context.Background())
-		d.mu.Lock()
-		d.stop = stop
-		d.mu.Unlock()
-		go d.read(life, ps)
-	} else if err != nil {
-		d.lose(err)
+	switch {
+	case err != nil:
+		d.event(evLost, err)
 		return err
+	case first:
+		d.mu.Lock()
+		var life context.Context
+		if d.phase == subConnecting { // else closed while the subscription was sent
+			life, d.stop = context.WithCancel(context.Background())
+		}
+		end := d.step(evSubscribed, nil)
+		d.mu.Unlock()
+		if end != nil {
+			end()
+		}
+		if life != nil {
+			go d.read(life, ps)
+		}
 	}
 	for _, c := range confirmed {
 		select {
@@ -139,11 +247,21 @@ func (d *dedicated) subscribe(ctx context.Context, kind string, channels []strin
 			}
 			return err
 		case <-ctx.Done():
-			d.lose(ctx.Err()) // the connection's state is not known: it is given up
+			d.event(evLost, ctx.Err()) // the connection's state is not known: it is given up
 			return ctx.Err()
 		}
 	}
 	return nil
+}
+
+// event applies ev to d and does what it calls for.
+func (d *dedicated) event(ev subEvent, err error) {
+	d.mu.Lock()
+	end := d.step(ev, err)
+	d.mu.Unlock()
+	if end != nil {
+		end()
+	}
 }
 
 // read delivers ps's messages until it is lost or Closed.
@@ -152,8 +270,7 @@ func (d *dedicated) read(life context.Context, ps *redis.PubSub) {
 	for {
 		msg, err := ps.ReceiveTimeout(life, pingAfter)
 		if life.Err() != nil {
-			d.end(nil)
-			return
+			return // ended: Close, or a loss told already
 		}
 		if err != nil {
 			var nerr net.Error
@@ -163,7 +280,7 @@ func (d *dedicated) read(life context.Context, ps *redis.PubSub) {
 					continue
 				}
 			}
-			d.end(err)
+			d.event(evLost, err)
 			return
 		}
 		pinged = false
@@ -192,52 +309,6 @@ func (d *dedicated) read(life context.Context, ps *redis.PubSub) {
 	}
 }
 
-// lose gives the connection up after a failure outside the reader: the reader ends with err.
-func (d *dedicated) lose(err error) {
-	d.mu.Lock()
-	if d.err == nil {
-		d.err = err
-	}
-	ps := d.ps
-	d.mu.Unlock()
-	if ps != nil {
-		_ = ps.Close() // the reader's receive fails, and it ends
-	}
-}
-
-// end is the reader's end (or, without a reader, the connection's): err is why, nil when Closed.
-func (d *dedicated) end(err error) {
-	d.mu.Lock()
-	if d.err != nil && !d.closed {
-		err = d.err
-	}
-	if d.closed {
-		err = nil
-	}
-	d.err = err
-	select {
-	case <-d.ended:
-		d.mu.Unlock()
-		return
-	default:
-	}
-	close(d.ended)
-	gone, ps, stop := d.gone, d.ps, d.stop
-	d.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	if ps != nil {
-		_ = ps.Close()
-	}
-	if gone != nil {
-		if err != nil {
-			gone <- err
-		}
-		close(gone)
-	}
-}
-
 func (d *dedicated) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
 	if w := d.watchFor(nil); w != nil {
 		return w.DoMulti(ctx, multi...)
@@ -250,7 +321,7 @@ func (d *dedicated) DoMulti(ctx context.Context, multi ...rueidis.Completed) []r
 func (d *dedicated) watchFor(words []string) *watchConn {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.watch == nil && len(words) > 0 && strings.EqualFold(words[0], "HELLO") && !d.closed && d.ps == nil {
+	if d.watch == nil && len(words) > 0 && strings.EqualFold(words[0], "HELLO") && d.phase == subIdle {
 		if w, err := openWatch(d.a.rdb); err == nil {
 			d.watch = w
 		} else {
@@ -268,23 +339,13 @@ func (d *dedicated) Receive(context.Context, rueidis.Completed, func(rueidis.Pub
 // closed.
 func (d *dedicated) Close() {
 	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return
-	}
-	d.closed = true
-	started := d.stop != nil
-	ps, stop, w := d.ps, d.stop, d.watch
+	w := d.watch
+	end := d.step(evClose, nil)
 	d.mu.Unlock()
 	if w != nil {
 		w.Close()
 	}
-	if !started {
-		d.end(nil)
-		return
-	}
-	stop()
-	if ps != nil {
-		_ = ps.Close()
+	if end != nil {
+		end()
 	}
 }
