@@ -34,7 +34,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			id := strconv.FormatInt(n.Add(1), 10)
-			own := relock.WithOwner(ctx, id)
+			own := relock.WithOwner(ctx, "bench-"+id)
 			l := c.Lock("bench-" + id)
 			for pb.Next() {
 				if err := l.Lock(own); err != nil {
