@@ -6,34 +6,17 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/relock-go/relock/internal/redistest"
 	"github.com/relock-go/relock/internal/testutil"
 )
 
 // redisAddr is the address of a redis-server the tests start, for the examples.
 var redisAddr string
 
+// TestMain runs the tests with a redis-server for the examples, and checks that no goroutine is left but
+// those of the cluster clients (valkey-go's, and rueidis's, which read the tests' keys behind relock's
+// back): they close the connections a topology refresh dropped 5 s later, on a goroutine of their own.
 func TestMain(m *testing.M) {
-	srv, err := redistest.StartServer()
-	if err != nil {
-		os.Stderr.WriteString(err.Error() + "\n")
-		os.Exit(1)
-	}
-	redisAddr = srv.Addr()
-	code := m.Run()
-	if err := srv.Stop(); err != nil {
-		os.Stderr.WriteString(err.Error() + "\n")
-		code = 1
-	}
-	testutil.StopSharedCluster()
-	if code == 0 {
-		// Cluster clients (valkey-go's and rueidis's) close the connections a topology refresh dropped
-		// 5 s later, on a goroutine of their own.
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
-			goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2")); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testutil.RunWithServer(m, &redisAddr,
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
+		goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2")))
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
 
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/faultnet"
@@ -194,4 +195,30 @@ func StopSharedCluster() {
 	if shared.cluster != nil {
 		shared.cluster.Stop()
 	}
+}
+
+// RunWithServer runs a test binary's tests (a TestMain's m) with a redis-server of its own started first,
+// its address in *addr (for examples, which cannot start one), and stops it, and the shared cluster, after.
+// When the tests passed, it fails the binary if goroutines are left (goleak), but for those of ignore. It
+// returns the binary's exit code.
+func RunWithServer(m *testing.M, addr *string, ignore ...goleak.Option) int {
+	srv, err := redistest.StartServer()
+	if err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		return 1
+	}
+	*addr = srv.Addr()
+	code := m.Run()
+	if err := srv.Stop(); err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		code = 1
+	}
+	StopSharedCluster()
+	if code == 0 {
+		if err := goleak.Find(ignore...); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	return code
 }
