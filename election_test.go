@@ -823,3 +823,52 @@ func TestElectionCampaignDuringAnOutageFailsAtOnceBesideAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The stream of an election nobody campaigns in any more may be deleted to give its memory back (see
+// docs/operations.md, Key growth): Leader then reports no leader, and the next leader is recorded afresh,
+// with a term above the old ones (the counter is kept), and delivered to an observer.
+func TestElectionStreamDeletedWhenIdle(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	e := c.Election("idle")
+	own := relock.WithOwner(ctx, "first")
+	first, err := e.Campaign(own, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Resign(own); err != nil {
+		t.Fatal(err)
+	}
+	do(t, rdb, "DEL", "relock_election:{idle}")
+	if _, err := e.Leader(ctx); !errors.Is(err, relock.ErrNoLeader) {
+		t.Fatalf("Leader of an election whose stream was deleted: %v, want ErrNoLeader", err)
+	}
+	leaders, err := c.Election("idle").Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := relock.WithOwner(ctx, "next")
+	term, err := e.Campaign(next, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if term <= first {
+		t.Fatalf("the next leader's term %d is not above the first's, %d", term, first)
+	}
+	if l, err := e.Leader(ctx); err != nil || l.Value != "b" || l.Term != term {
+		t.Fatalf("Leader = %+v, %v; want b at term %d", l, err, term)
+	}
+	for {
+		select {
+		case l := <-leaders:
+			if l.Value == "b" && l.Term == term {
+				return
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the observer was not told of the next leader")
+		}
+	}
+}
