@@ -1,6 +1,7 @@
 // Package relockgoredis runs relock on a go-redis v9 client (github.com/redis/go-redis/v9) that a service
 // already has: every lock and synchronizer, with the same Redis keys, channels and messages as relock on
-// rueidis (and as Redisson), and every command and script sent through the client's own pool.
+// rueidis (and as Redisson), every script and command sent through the client's own pool, but for the watch
+// of holds' one connection (see below).
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 //	c, err := relockgoredis.New(rdb, nil)
@@ -45,8 +46,8 @@ import (
 	"github.com/relock-go/relock"
 )
 
-// New returns a relock Client that sends every command through rdb. opts are relock's options, as for
-// relock.Wrap; their Redis field is not used.
+// New returns a relock Client that sends its commands through rdb (the watch of holds' excepted, see the
+// package documentation). opts are relock's options, as for relock.Wrap; their Redis field is not used.
 //
 // New fails with relock.ErrNilClient for a nil rdb, and with relock.ErrInvalidOptions for a client type it
 // does not support (a *redis.Ring). It sends nothing to Redis.
