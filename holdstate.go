@@ -55,6 +55,10 @@ import (
 //	settled(count)        count, unless unknown; at 0 ended (Canceled)
 //	shut                  ended (errGivenUp, or errClientClosed when abandoned)
 //
+// The watch of holds reads a hold only while it is held (see holdTable.watchedHolds): every transition
+// from releasing or doubted back to held has the watch read it again (watch.touch), since an invalidation
+// of its key that came meanwhile was let go.
+//
 // In test binaries (see internal/invariant), every transition is followed by a check of the invariants
 // (checkHoldLocked), and an illegal pair fails: an ended hold is out of the table, the queue, its group
 // and the watch; a live one is its key's record, has a count, is held exactly when no release of it is
