@@ -3,6 +3,7 @@ package relock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -249,5 +250,69 @@ func testMinimalACL(t *testing.T, rules []string) {
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Fatal("the refusal took the whole deadline")
+	}
+}
+
+// A user holding the ACL block as docs/operations.md gave it before the watch of holds read with WATCH,
+// MULTI, EXEC and CLIENT CACHING keeps the watch: a deleted hold is seen at once, and the deleted names
+// leave no entry in Redis's tracking table (the watch reads each hold on the Client's own connection before
+// the tracked read).
+func TestEarlierACLBlockKeepsTheWatch(t *testing.T) {
+	t.Parallel()
+	newer := map[string]bool{"+client|caching": true, "+watch": true, "+unwatch": true, "+multi": true, "+exec": true}
+	var rules []string
+	for _, r := range documentedACL(t) {
+		if !newer[r] {
+			rules = append(rules, r)
+		}
+	}
+	if len(rules) != len(documentedACL(t))-len(newer) {
+		t.Fatalf("the documented ACL does not hold all of %v", newer)
+	}
+	srv := redistest.Start(t)
+	admin := rawClient(t, srv)
+	if err := do(t, admin, append([]string{"ACL", "SETUSER", "relock-earlier"}, rules...)...).Error(); err != nil {
+		t.Fatal(err)
+	}
+	do(t, admin, "ACL", "SETUSER", "relock-earlier", ">secret")
+	c, err := relock.New([]string{srv.Addr()}, &relock.Options{
+		Redis: rueidis.ClientOption{Username: "relock-earlier", Password: "secret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := ctxTimeout(t, 30*time.Second)
+	base := trackingKeys(t, admin)
+	const names = 20
+	holds := make([]context.Context, names)
+	for i := range names {
+		l := c.Lock(fmt.Sprint("app:earlier:", i))
+		own := relock.WithOwner(ctx, "o")
+		if err := l.Lock(own); err != nil {
+			t.Fatal(err)
+		}
+		if holds[i], err = l.HoldContext(own); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // past the watch's first read
+	if n := trackingKeys(t, admin) - base; n < names {
+		t.Fatalf("%d of %d held names are tracked: the watch did not read them", n, names)
+	}
+	for i := range names {
+		do(t, admin, "DEL", fmt.Sprint("app:earlier:", i))
+	}
+	for i, h := range holds {
+		select {
+		case <-h.Done():
+		case <-time.After(3 * time.Second):
+			t.Fatalf("hold %d: a deleted hold was not seen within 3 s (the watchdog's first check is 10 s later)", i)
+		}
+	}
+	eventually(t, 3*time.Second, "the deleted names leave no tracking entry", func() bool {
+		return trackingKeys(t, admin)-base <= 1
+	})
+	if relock.HoldWatchOff(c) {
+		t.Fatal("the watch turned itself off")
 	}
 }

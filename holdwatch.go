@@ -2,7 +2,6 @@ package relock
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,19 +15,22 @@ import (
 // connection on a single server, a caching rueidis client on a cluster):
 //
 //   - Once a hold has lasted watchDelay (a hold released sooner costs nothing), the watch reads it, HEXISTS
-//     of its owner field (ZSCORE of a PermitSemaphore's permit), on that connection, which has CLIENT TRACKING on: Redis then tells the
-//     connection the next time the key changes (an invalidation), whatever changes it.
+//     of its owner field (ZSCORE of a PermitSemaphore's permit), on that connection, which has CLIENT
+//     TRACKING on: Redis then tells the connection the next time the key changes (an invalidation),
+//     whatever changes it. Only a hold found there is tracked (see dedicatedLink.read): a key that no
+//     longer exists is never left in Redis's tracking table.
 //   - On an invalidation, it reads again the holds of the keys named (every hold, for a flush or a lost
 //     connection): the watchdog renews or checks a hold whose field is gone at once (holdTable.checkNow),
 //     and so ends it as lost as a renewal that finds it gone does (a release of it by its owner under way
-//     decides). The read tracks the key again. The Client's own renewals, reentries and releases change the key too: each costs one
-//     such read per hold.
+//     decides). The read tracks the key again. The Client's own renewals, reentries and releases change
+//     the key too: each costs one such read per hold.
 //   - The watchdog's renewals and checks go on as before: they are the backstop when the connection is
 //     lost (its holds are read again when it is back) or tracking is not available, and for SWAPDB, for
 //     which Redis (7.0) sends no invalidation.
 //
-// Cost: one connection per Client; in Redis, one tracking entry per watched key; per hold, one HEXISTS
-// after watchDelay, and one after each change of its key (a renewal every timeout/3), all pipelined.
+// Cost: one connection per Client; in Redis, one tracking entry per watched key while it is held; per
+// hold, two HEXISTS (one untracked, one tracked) after watchDelay, and two after each change of its key (a
+// renewal every timeout/3), all pipelined.
 type holdWatch struct {
 	c *Client
 
@@ -305,19 +307,8 @@ func (hw *holdWatch) read(life context.Context, link watchLink, holds []watched)
 	defer cancel()
 	var failed error
 	for i, r := range link.read(ctx, reads) {
-		var there bool
-		err := r.Error()
-		if reads[i].zset {
-			there = err == nil // ZSCORE: nil when the member is gone
-			if rueidis.IsRedisNil(err) {
-				err = nil
-			}
-		} else {
-			var n int64
-			n, err = r.AsInt64()
-			there = err == nil && n == 1
-		}
-		if rerr, replied := redisReply(err); err != nil && (!replied || !strings.HasPrefix(rerr.Error(), "WRONGTYPE")) {
+		there, err := r.there(reads[i].zset)
+		if err != nil {
 			// Not known whether it is there: it is read again (an error reply is no sign of a loss).
 			failed = err
 			continue

@@ -44,11 +44,12 @@ func refusalForGood(msg string) bool {
 // connection with tracking on no invalidation (it would need REDIRECT to another, subscribed, connection).
 var errNoRESP3 = errors.New("relock: the connection speaks RESP2: client-side tracking sends it no invalidations")
 
-// watchLink is the watch's link to Redis: reads that have Redis track the keys they read, and the
-// invalidations that follow, which go to holdWatch.invalidated.
+// watchLink is the watch's link to Redis: reads that have Redis track the keys of the holds they find, and
+// the invalidations that follow, which go to holdWatch.invalidated.
 type watchLink interface {
-	// read sends cmds, one read of a hold each, and returns their replies.
-	read(ctx context.Context, cmds []watchRead) []rueidis.RedisResult
+	// read reads the holds, one reply each, and has Redis track the keys of those it finds (and only
+	// those: see dedicatedLink.read).
+	read(ctx context.Context, reads []watchRead) []watchReply
 	// lost is closed (or gets an error) when the link is gone; nil when the link restores itself.
 	lost() <-chan error
 	// broken reports whether a read's error means the link is unusable.
@@ -60,6 +61,49 @@ type watchLink interface {
 type watchRead struct {
 	key, field string
 	zset       bool
+}
+
+// command returns the read's command.
+func (r watchRead) command(b rueidis.Builder) rueidis.Completed {
+	if r.zset {
+		return b.Zscore().Key(r.key).Member(r.field).Build()
+	}
+	return b.Hexists().Key(r.key).Field(r.field).Build()
+}
+
+// watchReply is a read's reply: its error is the call's, an error reply or, for ZSCORE, rueidis.Nil.
+type watchReply struct {
+	msg rueidis.RedisMessage
+	err error
+}
+
+func replyOf(r rueidis.RedisResult) watchReply {
+	m, err := r.ToMessage()
+	return watchReply{m, err}
+}
+
+// there tells what the reply says of the hold: there (true), gone or its key of another type now
+// (WRONGTYPE) (false), or not known (an error: no reply, or an error reply such as BUSY or LOADING).
+func (r watchReply) there(zset bool) (bool, error) {
+	err := r.err
+	if zset { // ZSCORE: nil when the member is gone
+		if rueidis.IsRedisNil(err) {
+			return false, nil
+		}
+	} else if err == nil {
+		var n int64
+		n, err = r.msg.AsInt64()
+		if err == nil {
+			return n == 1, nil
+		}
+	}
+	if err == nil {
+		return true, nil
+	}
+	if rerr, replied := redisReply(err); replied && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
+		return false, nil
+	}
+	return false, err
 }
 
 // connect makes the watch's link: on a single server, a connection of its own (taken from the Client's
@@ -108,29 +152,167 @@ func (hw *holdWatch) connect(life context.Context) (watchLink, error) {
 		}
 	}
 	lost := conn.SetOnInvalidations(hw.invalidated)
-	if err := conn.Do(ctx, conn.B().ClientTracking().On().Build()).Error(); err != nil {
+	link := dedicatedLink{conn: conn, gone: lost}
+	// Tracking OPTIN, and whether the user may send what an exactLink reads with (the ACL block that
+	// docs/operations.md gave before them did not allow them).
+	b := conn.B()
+	res := conn.DoMulti(ctx, b.ClientTracking().On().Optin().Build(),
+		b.Unwatch().Build(), b.ClientCaching().Yes().Build(), b.Multi().Build(), b.Exec().Build())
+	if err := res[0].Error(); err != nil {
 		conn.Close()
 		return nil, err
 	}
-	return dedicatedLink{conn: conn, gone: lost}, nil
+	for _, r := range res[1:] {
+		err := r.Error()
+		if err == nil {
+			continue
+		}
+		if !refusedForGood(err) {
+			conn.Close()
+			return nil, err
+		}
+		// Tracking of every read (not OPTIN), each of them made after the same read on the Client's own
+		// connections has found the hold.
+		if err := conn.Do(ctx, b.ClientTracking().Off().Build()).Error(); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		if err := conn.Do(ctx, b.ClientTracking().On().Build()).Error(); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return checkedLink{dedicatedLink: link, rdb: hw.c.rdb}, nil
+	}
+	return exactLink{link}, nil
 }
 
-// dedicatedLink is a single server's link: one dedicated connection with CLIENT TRACKING on.
+// dedicatedLink is a single server's link: one dedicated connection with CLIENT TRACKING on, read as an
+// exactLink or a checkedLink.
 type dedicatedLink struct {
 	conn rueidis.DedicatedClient
 	gone <-chan error
 }
 
-func (l dedicatedLink) read(ctx context.Context, reads []watchRead) []rueidis.RedisResult {
-	cmds := make(rueidis.Commands, len(reads))
+// exactLink is a dedicatedLink on which the user may send WATCH, MULTI, EXEC and CLIENT CACHING: its
+// tracking is OPTIN, and it tracks only keys that exist (see read).
+type exactLink struct{ dedicatedLink }
+
+// read reads the holds in two round trips, so that Redis tracks only keys that exist (the connection's
+// tracking is OPTIN: a read is tracked only in a MULTI that CLIENT CACHING YES precedes). A tracked read
+// of a key that does not exist would leave an entry in Redis's tracking table that nothing removes but a
+// later write of that name: a hold lost by a DEL behind its holder's back, or released while its read was
+// on its way, would leave one. So the first round WATCHes the keys and reads them untracked; the second
+// reads, tracked, in a transaction, those found there, and Redis runs it only if none of the keys changed
+// since (else EXEC is aborted and nothing is tracked: the round is run again, up to watchRounds times, and
+// then once without WATCH, as a last resort that tracks what it reads).
+func (l exactLink) read(ctx context.Context, reads []watchRead) []watchReply {
+	b := l.conn.B()
+	replies := make([]watchReply, len(reads))
+	for round := 0; ; round++ {
+		watch := round < watchRounds
+		first := make(rueidis.Commands, 0, len(reads)+2)
+		first = append(first, b.Unwatch().Build())
+		if watch {
+			keys := make([]string, len(reads))
+			for i, r := range reads {
+				keys[i] = r.key
+			}
+			first = append(first, b.Watch().Key(keys...).Build())
+		}
+		for _, r := range reads {
+			first = append(first, r.command(b))
+		}
+		res := l.conn.DoMulti(ctx, first...)
+		head := len(first) - len(reads)
+		var found []int
+		for i := range reads {
+			replies[i] = replyOf(res[head+i])
+			if err := res[0].Error(); err != nil { // UNWATCH: nothing was read
+				replies[i].err = err
+			} else if watch {
+				if err := res[1].Error(); err != nil {
+					replies[i].err = err
+				}
+			}
+			if there, err := replies[i].there(reads[i].zset); there && err == nil {
+				found = append(found, i)
+			}
+		}
+		if len(found) == 0 {
+			return replies
+		}
+		second := make(rueidis.Commands, 0, len(found)+3)
+		second = append(second, b.ClientCaching().Yes().Build(), b.Multi().Build())
+		for _, i := range found {
+			second = append(second, reads[i].command(b))
+		}
+		second = append(second, b.Exec().Build())
+		res = l.conn.DoMulti(ctx, second...)
+		exec := res[len(res)-1]
+		if err := exec.Error(); rueidis.IsRedisNil(err) && watch {
+			continue // a key changed between the rounds: nothing was tracked
+		} else if err != nil {
+			for _, i := range found {
+				replies[i] = watchReply{err: err} // not known whether it is tracked: read again
+			}
+			return replies
+		}
+		tracked, _ := exec.ToArray()
+		for j, i := range found {
+			if j < len(tracked) {
+				replies[i] = watchReply{tracked[j], tracked[j].Error()}
+			} else {
+				replies[i] = watchReply{err: errUnexpectedReply}
+			}
+		}
+		return replies
+	}
+}
+
+// watchRounds is how many times exactLink.read's two rounds run with WATCH before it reads without.
+const watchRounds = 3
+
+// checkedLink is a dedicatedLink on which the user may not send what an exactLink reads with: every read
+// on it is tracked, so it sends only those that the same read, sent first on the Client's own connections
+// (untracked), found there. A key deleted between the two reads is left tracked.
+type checkedLink struct {
+	dedicatedLink
+	rdb rueidis.Client
+}
+
+func (l checkedLink) read(ctx context.Context, reads []watchRead) []watchReply {
+	return readFound(ctx, l.rdb, reads, func(found []watchRead) []rueidis.RedisResult {
+		cmds := make(rueidis.Commands, len(found))
+		for i, r := range found {
+			cmds[i] = r.command(l.conn.B())
+		}
+		return l.conn.DoMulti(ctx, cmds...)
+	})
+}
+
+// readFound reads the holds untracked on rdb, then, with track, those found there.
+func readFound(ctx context.Context, rdb rueidis.Client, reads []watchRead, track func([]watchRead) []rueidis.RedisResult) []watchReply {
+	first := make(rueidis.Commands, len(reads))
 	for i, r := range reads {
-		if r.zset {
-			cmds[i] = l.conn.B().Zscore().Key(r.key).Member(r.field).Build()
-		} else {
-			cmds[i] = l.conn.B().Hexists().Key(r.key).Field(r.field).Build()
+		first[i] = r.command(rdb.B())
+	}
+	replies := make([]watchReply, len(reads))
+	var found []watchRead
+	var at []int
+	for i, r := range rdb.DoMulti(ctx, first...) {
+		replies[i] = replyOf(r)
+		if there, err := replies[i].there(reads[i].zset); there && err == nil {
+			found = append(found, reads[i])
+			at = append(at, i)
 		}
 	}
-	return l.conn.DoMulti(ctx, cmds...)
+	if len(found) == 0 {
+		return replies
+	}
+	for j, r := range track(found) {
+		replies[at[j]] = replyOf(r)
+	}
+	return replies
 }
 
 func (l dedicatedLink) lost() <-chan error { return l.gone }
@@ -154,16 +336,20 @@ type cachingLink struct{ rdb rueidis.Client }
 // it sooner, and a read after it ends goes to Redis, tracked again.
 const watchCacheTTL = time.Hour
 
-func (l cachingLink) read(ctx context.Context, reads []watchRead) []rueidis.RedisResult {
-	cmds := make([]rueidis.CacheableTTL, len(reads))
-	for i, r := range reads {
-		if r.zset {
-			cmds[i] = rueidis.CT(l.rdb.B().Zscore().Key(r.key).Member(r.field).Cache(), watchCacheTTL)
-		} else {
-			cmds[i] = rueidis.CT(l.rdb.B().Hexists().Key(r.key).Field(r.field).Cache(), watchCacheTTL)
+// read reads the holds untracked (the caching client's tracking is OPTIN), then, cached, those found there:
+// Redis tracks only keys that exist, but for one that is deleted between the two reads.
+func (l cachingLink) read(ctx context.Context, reads []watchRead) []watchReply {
+	return readFound(ctx, l.rdb, reads, func(found []watchRead) []rueidis.RedisResult {
+		cmds := make([]rueidis.CacheableTTL, len(found))
+		for i, r := range found {
+			if r.zset {
+				cmds[i] = rueidis.CT(l.rdb.B().Zscore().Key(r.key).Member(r.field).Cache(), watchCacheTTL)
+			} else {
+				cmds[i] = rueidis.CT(l.rdb.B().Hexists().Key(r.key).Field(r.field).Cache(), watchCacheTTL)
+			}
 		}
-	}
-	return l.rdb.DoMultiCache(ctx, cmds...)
+		return l.rdb.DoMultiCache(ctx, cmds...)
+	})
 }
 
 // lost: nil, rueidis restores the connections (and tells their loss as a flush, OnInvalidations(nil)).

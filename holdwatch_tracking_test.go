@@ -149,3 +149,50 @@ func TestWatchLeavesNoTrackingEntriesOfExpiredLeases(t *testing.T) {
 	}
 	t.Fatalf("%d of %d names whose lease ran out left an entry in Redis's tracking table", left, names)
 }
+
+// A hold lost by a DEL behind its holder's back leaves no entry in Redis's tracking table: the watch reads
+// the deleted key again on its invalidation, untracked, and tracks only a key it found there. (Before,
+// every such name left one until it was written again.)
+func TestWatchLeavesNoTrackingEntriesOfDeletedHolds(t *testing.T) {
+	t.Parallel()
+	const names = 100
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 60*time.Second)
+	base := trackingKeys(t, rdb)
+	holds := make([]context.Context, names)
+	for i := range names {
+		l := c.Lock(fmt.Sprint("deleted-", i))
+		own := relock.WithOwner(ctx, "o")
+		if err := l.Lock(own); err != nil {
+			t.Fatal(err)
+		}
+		hctx, err := l.HoldContext(own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds[i] = hctx
+	}
+	time.Sleep(100 * time.Millisecond) // past the watch's first read (5 ms)
+	if n := trackingKeys(t, rdb) - base; n < names {
+		t.Fatalf("%d of %d held names are tracked: the watch did not read them", n, names)
+	}
+	for i := range names {
+		do(t, rdb, "DEL", fmt.Sprint("deleted-", i))
+	}
+	for i, h := range holds {
+		select {
+		case <-h.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("hold %d did not end when its key was deleted", i)
+		}
+	}
+	var left int
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if left = trackingKeys(t, rdb) - base; left <= 2 {
+			return
+		}
+	}
+	t.Fatalf("%d of %d names deleted behind their holders' backs left an entry in Redis's tracking table", left, names)
+}
