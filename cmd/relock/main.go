@@ -68,6 +68,7 @@ func init() {
 		{"watch", "print a lock's state changes as they happen", runWatch},
 		{"unlock", "release a stuck lock (--force) and wake its waiters", runUnlock},
 		{"run", "run a command while holding a lock (or leading an election); end it if the hold is lost", runRun},
+		{"prune", "delete the records of elections nobody leads or campaigns in any more (their fencing counters are kept)", runPrune},
 	}
 }
 
