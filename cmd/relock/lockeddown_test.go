@@ -132,6 +132,19 @@ func TestCommandACL(t *testing.T) {
 		t.Fatalf("watch with the command's ACL: exit %d\n%s\n%s", code, out, errOut)
 	}
 
+	el := c.Election("app:el")
+	if _, err := el.Campaign(owner, "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := el.Resign(owner); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	out, errOut, code = runEnv(t, nil, "prune", "--idle", "1ms", "--redis", full)
+	if code != 0 || !strings.Contains(out, "pruned 1 of 1") {
+		t.Fatalf("prune with the command's ACL: exit %d\n%s\n%s", code, out, errOut)
+	}
+
 	out, errOut, code = runEnv(t, nil, "inspect", "app:held", "--redis", narrow)
 	if code != 0 || !strings.Contains(out, "acl-job") || !strings.Contains(out, "CLIENT LIST failed") {
 		t.Fatalf("inspect with the library's ACL only: exit %d\n%s\n%s", code, out, errOut)
