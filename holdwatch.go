@@ -2,6 +2,7 @@ package relock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -120,6 +121,22 @@ func (hw *holdWatch) touch(k holdKey) {
 		hw.dirty[k.key] = struct{}{}
 		hw.kickLocked()
 	}
+}
+
+// later has the watch read the hold k again after watchDelay, as a hold that has not been read yet, if it
+// watches it.
+func (hw *holdWatch) later(k holdKey) {
+	hw.mu.Lock()
+	defer hw.mu.Unlock()
+	e, ok := hw.holds[k]
+	if !ok {
+		return
+	}
+	if e.since.IsZero() {
+		hw.pending++
+	}
+	hw.holds[k] = watchEntry{since: time.Now(), zset: e.zset}
+	hw.kickLocked()
 }
 
 func (hw *holdWatch) kickLocked() {
@@ -308,6 +325,10 @@ func (hw *holdWatch) read(life context.Context, link watchLink, holds []watched)
 	var failed error
 	for i, r := range link.read(ctx, reads) {
 		there, err := r.there(reads[i].zset)
+		if errors.Is(err, errNotTracked) { // there, but not tracked: read again after watchDelay
+			hw.later(holds[i].k)
+			continue
+		}
 		if err != nil {
 			// Not known whether it is there: it is read again (an error reply is no sign of a loss).
 			failed = err

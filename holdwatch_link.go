@@ -203,74 +203,100 @@ type exactLink struct{ dedicatedLink }
 // later write of that name: a hold lost by a DEL behind its holder's back, or released while its read was
 // on its way, would leave one. So the first round WATCHes the keys and reads them untracked; the second
 // reads, tracked, in a transaction, those found there, and Redis runs it only if none of the keys changed
-// since (else EXEC is aborted and nothing is tracked: the round is run again, up to watchRounds times, and
-// then once without WATCH, as a last resort that tracks what it reads).
+// since. When one did (EXEC aborted: nothing was tracked), the holds are read again in two halves, and so
+// on down to one hold, whose key changed in the instant between its two reads: its reply says so
+// (errNotTracked), and the watch reads it again a moment later.
 func (l exactLink) read(ctx context.Context, reads []watchRead) []watchReply {
-	b := l.conn.B()
 	replies := make([]watchReply, len(reads))
-	for round := 0; ; round++ {
-		watch := round < watchRounds
-		first := make(rueidis.Commands, 0, len(reads)+2)
-		first = append(first, b.Unwatch().Build())
-		if watch {
-			keys := make([]string, len(reads))
-			for i, r := range reads {
-				keys[i] = r.key
-			}
-			first = append(first, b.Watch().Key(keys...).Build())
-		}
-		for _, r := range reads {
-			first = append(first, r.command(b))
-		}
-		res := l.conn.DoMulti(ctx, first...)
-		head := len(first) - len(reads)
-		var found []int
-		for i := range reads {
-			replies[i] = replyOf(res[head+i])
-			if err := res[0].Error(); err != nil { // UNWATCH: nothing was read
-				replies[i].err = err
-			} else if watch {
-				if err := res[1].Error(); err != nil {
-					replies[i].err = err
-				}
-			}
-			if there, err := replies[i].there(reads[i].zset); there && err == nil {
-				found = append(found, i)
-			}
-		}
-		if len(found) == 0 {
-			return replies
-		}
-		second := make(rueidis.Commands, 0, len(found)+3)
-		second = append(second, b.ClientCaching().Yes().Build(), b.Multi().Build())
-		for _, i := range found {
-			second = append(second, reads[i].command(b))
-		}
-		second = append(second, b.Exec().Build())
-		res = l.conn.DoMulti(ctx, second...)
-		exec := res[len(res)-1]
-		if err := exec.Error(); rueidis.IsRedisNil(err) && watch {
-			continue // a key changed between the rounds: nothing was tracked
-		} else if err != nil {
-			for _, i := range found {
-				replies[i] = watchReply{err: err} // not known whether it is tracked: read again
-			}
-			return replies
-		}
-		tracked, _ := exec.ToArray()
-		for j, i := range found {
-			if j < len(tracked) {
-				replies[i] = watchReply{tracked[j], tracked[j].Error()}
-			} else {
-				replies[i] = watchReply{err: errUnexpectedReply}
-			}
-		}
-		return replies
-	}
+	l.readPart(ctx, reads, replies)
+	return replies
 }
 
-// watchRounds is how many times exactLink.read's two rounds run with WATCH before it reads without.
-const watchRounds = 3
+// readPart reads reads into replies (see read), halving on an aborted transaction.
+func (l exactLink) readPart(ctx context.Context, reads []watchRead, replies []watchReply) {
+	found, aborted := l.readOnce(ctx, reads, replies)
+	if !aborted {
+		return
+	}
+	if len(reads) == 1 {
+		replies[0] = watchReply{err: errNotTracked}
+		return
+	}
+	if len(found) < len(reads) { // only those found there can be tracked
+		sub := make([]watchRead, len(found))
+		subReplies := make([]watchReply, len(found))
+		for j, i := range found {
+			sub[j] = reads[i]
+		}
+		l.readPart(ctx, sub, subReplies)
+		for j, i := range found {
+			replies[i] = subReplies[j]
+		}
+		return
+	}
+	half := len(reads) / 2
+	l.readPart(ctx, reads[:half], replies[:half])
+	l.readPart(ctx, reads[half:], replies[half:])
+}
+
+// readOnce runs read's two rounds once. It returns the indexes of the holds the first round found, and
+// whether the transaction was aborted: then their replies are not set.
+func (l exactLink) readOnce(ctx context.Context, reads []watchRead, replies []watchReply) (found []int, aborted bool) {
+	b := l.conn.B()
+	keys := make([]string, len(reads))
+	for i, r := range reads {
+		keys[i] = r.key
+	}
+	first := make(rueidis.Commands, 0, len(reads)+2)
+	first = append(first, b.Unwatch().Build(), b.Watch().Key(keys...).Build())
+	for _, r := range reads {
+		first = append(first, r.command(b))
+	}
+	res := l.conn.DoMulti(ctx, first...)
+	for i := range reads {
+		replies[i] = replyOf(res[2+i])
+		for _, setup := range res[:2] { // UNWATCH, WATCH: nothing is known without them
+			if err := setup.Error(); err != nil {
+				replies[i].err = err
+			}
+		}
+		if there, err := replies[i].there(reads[i].zset); there && err == nil {
+			found = append(found, i)
+		}
+	}
+	if len(found) == 0 {
+		return nil, false
+	}
+	second := make(rueidis.Commands, 0, len(found)+3)
+	second = append(second, b.ClientCaching().Yes().Build(), b.Multi().Build())
+	for _, i := range found {
+		second = append(second, reads[i].command(b))
+	}
+	second = append(second, b.Exec().Build())
+	res = l.conn.DoMulti(ctx, second...)
+	exec := res[len(res)-1]
+	if err := exec.Error(); rueidis.IsRedisNil(err) {
+		return found, true // a key changed between the rounds: nothing was tracked
+	} else if err != nil {
+		for _, i := range found {
+			replies[i] = watchReply{err: err} // not known whether it is tracked: read again
+		}
+		return found, false
+	}
+	tracked, _ := exec.ToArray()
+	for j, i := range found {
+		if j < len(tracked) {
+			replies[i] = watchReply{tracked[j], tracked[j].Error()}
+		} else {
+			replies[i] = watchReply{err: errUnexpectedReply}
+		}
+	}
+	return found, false
+}
+
+// errNotTracked is a read's reply when the hold was there but its key changed as it was read, so that
+// Redis does not track it: the watch reads it again a moment later.
+var errNotTracked = errors.New("relock: the hold's key changed as it was read: not tracked")
 
 // checkedLink is a dedicatedLink on which the user may not send what an exactLink reads with: every read
 // on it is tracked, so it sends only those that the same read, sent first on the Client's own connections

@@ -196,3 +196,82 @@ func TestWatchLeavesNoTrackingEntriesOfDeletedHolds(t *testing.T) {
 	}
 	t.Fatalf("%d of %d names deleted behind their holders' backs left an entry in Redis's tracking table", left, names)
 }
+
+// A hold whose key changes all the time (its owner reenters and leaves it in a loop, so that the watch's
+// transactions are voided again and again) is still read, and tracked in the end: its loss is seen long
+// before the watchdog's check, and, with churn on many other names, no name is left in the tracking table.
+func TestWatchKeepsUpWithAKeyThatKeepsChanging(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 60*time.Second)
+	base := trackingKeys(t, rdb)
+	own := relock.WithOwner(ctx, "hot")
+	l := c.Lock("hot")
+	if err := l.Lock(own); err != nil {
+		t.Fatal(err)
+	}
+	held, err := l.HoldContext(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // reentries: each changes the key
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if l.Lock(own) != nil || l.Unlock(own) != nil {
+				return // the hold is lost
+			}
+		}
+	}()
+	for i := range 8 { // churn on other names
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := relock.WithOwner(ctx, fmt.Sprint("o", i))
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				m := c.Lock(fmt.Sprintf("churn-%d-%d", i, n))
+				if err := m.Lock(o); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(6 * time.Millisecond)
+				if err := m.Unlock(o); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	do(t, rdb, "DEL", "hot")
+	select {
+	case <-held.Done():
+		t.Logf("the loss of a hold whose key kept changing was seen after %v", time.Since(start))
+	case <-time.After(3 * time.Second):
+		t.Fatal("the loss of a hold whose key kept changing was not seen within 3 s (the watchdog's check is 10 s later)")
+	}
+	close(stop)
+	wg.Wait()
+	var left int
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if left = trackingKeys(t, rdb) - base; left <= 1 {
+			return
+		}
+	}
+	t.Fatalf("%d names left in Redis's tracking table", left)
+}
