@@ -111,43 +111,9 @@ func TestWatchLeavesNoTrackingEntries(t *testing.T) {
 // watch does not read it again (the watchdog ends the hold).
 func TestWatchLeavesNoTrackingEntriesOfExpiredLeases(t *testing.T) {
 	t.Parallel()
-	const names = 100
-	srv := redistest.Start(t)
-	c := newClient(t, srv, nil)
-	rdb := rawClient(t, srv)
-	ctx := ctxTimeout(t, 60*time.Second)
-	base := trackingKeys(t, rdb)
-	holds := make([]context.Context, names)
-	for i := range names {
-		l := c.Lock(fmt.Sprint("leased-", i))
-		own := relock.WithOwner(ctx, "o")
-		if err := l.LockWithLease(own, 300*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		hctx, err := l.HoldContext(own)
-		if err != nil {
-			t.Fatal(err)
-		}
-		holds[i] = hctx
-	}
-	time.Sleep(100 * time.Millisecond) // past the watch's first read (5 ms)
-	if n := trackingKeys(t, rdb) - base; n < names {
-		t.Fatalf("%d of %d held names are tracked: the watch did not read them", n, names)
-	}
-	for i, h := range holds {
-		select {
-		case <-h.Done():
-		case <-time.After(5 * time.Second):
-			t.Fatalf("hold %d did not end with its lease", i)
-		}
-	}
-	var left int
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if left = trackingKeys(t, rdb) - base; left <= 2 {
-			return
-		}
-	}
-	t.Fatalf("%d of %d names whose lease ran out left an entry in Redis's tracking table", left, names)
+	watchedHoldsEnd(t, "leased-", "whose lease ran out", func(l *relock.RLock, own context.Context) error {
+		return l.LockWithLease(own, 300*time.Millisecond)
+	}, nil)
 }
 
 // A hold lost by a DEL behind its holder's back leaves no entry in Redis's tracking table: the watch reads
@@ -155,6 +121,15 @@ func TestWatchLeavesNoTrackingEntriesOfExpiredLeases(t *testing.T) {
 // every such name left one until it was written again.)
 func TestWatchLeavesNoTrackingEntriesOfDeletedHolds(t *testing.T) {
 	t.Parallel()
+	watchedHoldsEnd(t, "deleted-", "deleted behind their holders' backs", func(l *relock.RLock, own context.Context) error {
+		return l.Lock(own)
+	}, func(rdb rueidis.Client, name string) { do(t, rdb, "DEL", name) })
+}
+
+// watchedHoldsEnd takes 100 locks named prefix and a number with lock, waits until the watch has read
+// them, ends each with end (nil: they end by themselves), waits for their hold contexts to end, and fails t
+// unless Redis's tracking table is back to what it was (within 2).
+func watchedHoldsEnd(t *testing.T, prefix, how string, lock func(*relock.RLock, context.Context) error, end func(rdb rueidis.Client, name string)) {
 	const names = 100
 	srv := redistest.Start(t)
 	c := newClient(t, srv, nil)
@@ -163,9 +138,9 @@ func TestWatchLeavesNoTrackingEntriesOfDeletedHolds(t *testing.T) {
 	base := trackingKeys(t, rdb)
 	holds := make([]context.Context, names)
 	for i := range names {
-		l := c.Lock(fmt.Sprint("deleted-", i))
+		l := c.Lock(fmt.Sprint(prefix, i))
 		own := relock.WithOwner(ctx, "o")
-		if err := l.Lock(own); err != nil {
+		if err := lock(l, own); err != nil {
 			t.Fatal(err)
 		}
 		hctx, err := l.HoldContext(own)
@@ -178,14 +153,16 @@ func TestWatchLeavesNoTrackingEntriesOfDeletedHolds(t *testing.T) {
 	if n := trackingKeys(t, rdb) - base; n < names {
 		t.Fatalf("%d of %d held names are tracked: the watch did not read them", n, names)
 	}
-	for i := range names {
-		do(t, rdb, "DEL", fmt.Sprint("deleted-", i))
+	if end != nil {
+		for i := range names {
+			end(rdb, fmt.Sprint(prefix, i))
+		}
 	}
 	for i, h := range holds {
 		select {
 		case <-h.Done():
 		case <-time.After(5 * time.Second):
-			t.Fatalf("hold %d did not end when its key was deleted", i)
+			t.Fatalf("hold %d did not end", i)
 		}
 	}
 	var left int
@@ -194,7 +171,7 @@ func TestWatchLeavesNoTrackingEntriesOfDeletedHolds(t *testing.T) {
 			return
 		}
 	}
-	t.Fatalf("%d of %d names deleted behind their holders' backs left an entry in Redis's tracking table", left, names)
+	t.Fatalf("%d of %d names %s left an entry in Redis's tracking table", left, names, how)
 }
 
 // A hold whose key changes all the time (its owner reenters and leaves it in a loop, so that the watch's
