@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 	if helper := os.Getenv(helperEnv); helper != "" { // a child process started by startHelper
 		os.Exit(runHelper(helper))
 	}
+	redistest.AdoptOrphans()
 	srv, err := redistest.StartServer()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -62,8 +63,11 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	os.Exit(redistest.CheckProcesses(code, processGrace))
 }
+
+// processGrace is how long the processes the tests started may take to end after the last test.
+const processGrace = 5 * time.Second
 
 // numsub returns PUBSUB NUMSUB for channel.
 func numsub(t testing.TB, rdb rueidis.Client, channel string) int64 {

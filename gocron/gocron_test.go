@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 	if replicaMain() {
 		return
 	}
+	redistest.AdoptOrphans()
 	srv, err := redistest.StartServer()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -42,7 +43,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	os.Exit(redistest.CheckProcesses(code, 5*time.Second))
 }
 
 func newClient(t *testing.T, addr string, opts *relock.Options) *relock.Client {

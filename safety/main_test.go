@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 	}
+	redistest.AdoptOrphans()
 	code := func() int {
 		data, err := redistest.StartServer()
 		if err != nil {
@@ -56,7 +57,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	os.Exit(redistest.CheckProcesses(code, 5*time.Second))
 }
 
 // dataClient returns a client of the data store, closed when t ends.

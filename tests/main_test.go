@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 		os.Exit(runHelper(helper))
 	}
 	testutil.RaceExitAtOnce() // the helper processes
+	redistest.AdoptOrphans()
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2")); err != nil {
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	os.Exit(redistest.CheckProcesses(code, 5*time.Second))
 }
 
 // workload is how long a scenario's load runs: a few seconds in short mode, plus -soak.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -773,5 +774,66 @@ func TestDemoElectionErrors(t *testing.T) {
 	_, errOut, code := runBin(t, "", "demo", "-h")
 	if code != 0 || !strings.Contains(errOut, "-election") || !strings.Contains(errOut, "With --election") {
 		t.Errorf("demo -h: exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
+// TestDemoKilledLeavesNoServer kills a demo that runs an embedded redis-server and worker processes with
+// SIGKILL, which it cannot catch: its redis-server and its workers must end with it, not run on orphaned
+// (on Linux, the kernel's parent-death signal ends them).
+func TestDemoKilledLeavesNoServer(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux has a parent-death signal")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip(redistest.InstallHint)
+	}
+	addrRE := regexp.MustCompile(`at (127\.0\.0\.1:[0-9]+)`)
+	cmd := exec.Command(relockBin, "demo", "--processes", "2", "--duration", "20s", "--embedded=redis-server")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := addrRE.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	var server string
+	select {
+	case server = <-addr:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatal("the demo printed no server address")
+	}
+	waitFor(t, func() bool { return len(demoChildren(t)) == 2 })
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", server, time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("the embedded redis-server at %s still answers 5 s after the demo was killed", server)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(demoChildren(t)) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker processes %v still run 5 s after the demo was killed", demoChildren(t))
+		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relock-go/relock/internal/redistest"
 )
 
 // relockBin is the relock binary TestMain builds once for the package's end-to-end tests.
@@ -44,7 +46,8 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(helperEnv); name != "" {
 		os.Exit(helpers[name](os.Args[1:]))
 	}
-	os.Exit(testMain(m))
+	redistest.AdoptOrphans()
+	os.Exit(redistest.CheckProcesses(testMain(m), 5*time.Second))
 }
 
 func testMain(m *testing.M) int {

@@ -37,7 +37,9 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(run(m))
+	redistest.AdoptOrphans()
+	code := run(m)
+	os.Exit(redistest.CheckProcesses(code, 5*time.Second))
 }
 
 func run(m *testing.M) int {

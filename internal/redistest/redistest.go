@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -255,16 +256,30 @@ func (s *Server) start() error {
 	cmd := exec.Command(bin, argv...)
 	log := &OutputBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
-	// Own process group: a signal to the test's group (Ctrl-C) must not race our own cleanup.
+	// Own process group: a signal to the test's group (Ctrl-C) must not race our own cleanup. A
+	// parent-death signal (Linux): the server dies with the process that started it, however that dies
+	// (a test binary killed at its -timeout, a relock demo killed with SIGKILL), instead of running on,
+	// orphaned. The kernel sends it when the thread that started the server exits, not the process, and
+	// Go ends a thread when a goroutine locked to it returns: the server is started, and waited for, by a
+	// goroutine locked to its thread, which so runs nothing else (waiting, it would hold a thread anyway).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting redis-server: %w", err)
-	}
+	setParentDeath(cmd.SysProcAttr)
 	exited := make(chan struct{})
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		_ = cmd.Wait()
 		close(exited)
 	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("starting redis-server: %w", err)
+	}
 	s.mu.Lock()
 	s.cmd, s.exited, s.log, s.paused = cmd, exited, log, false
 	s.mu.Unlock()

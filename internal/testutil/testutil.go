@@ -202,6 +202,7 @@ func StopSharedCluster() {
 // When the tests passed, it fails the binary if goroutines are left (goleak), but for those of ignore. It
 // returns the binary's exit code.
 func RunWithServer(m *testing.M, addr *string, ignore ...goleak.Option) int {
+	redistest.AdoptOrphans()
 	srv, err := redistest.StartServer()
 	if err != nil {
 		os.Stderr.WriteString(err.Error() + "\n")
@@ -220,5 +221,5 @@ func RunWithServer(m *testing.M, addr *string, ignore ...goleak.Option) int {
 			code = 1
 		}
 	}
-	return code
+	return redistest.CheckProcesses(code, 5*time.Second)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/relock-go/relock"
 	"github.com/relock-go/relock/internal/invariant"
+	"github.com/relock-go/relock/internal/redistest"
 )
 
 var (
@@ -31,6 +32,7 @@ var (
 func TestMain(m *testing.M) {
 	flag.Parse()
 	invariant.Enable() // the library's lifecycles check themselves after every transition
+	redistest.AdoptOrphans()
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -38,7 +40,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	os.Exit(redistest.CheckProcesses(code, 5*time.Second))
 }
 
 // TestExplore runs, for every kind, fresh seeds for the budget (or -explore), or the one schedule of
