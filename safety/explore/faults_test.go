@@ -101,14 +101,20 @@ func (s *sched) extraFault(f step, w *window, wait func(time.Duration)) {
 		// its owner's next call (a reentry) is what a Client must not take for its own hold. Nothing
 		// announces it: waiters wake at the time to live they last saw (up to the watchdog timeout), which
 		// the waiters' checker must not hold against them.
+		// A DEL that Redis refused (BUSY, while a script of the busy fault runs) deleted nothing: only a
+		// fault with a DEL that Redis ran surely ended the holds held all through it.
 		until := time.Now().Add(f.dur)
+		ran := 0
 		for i := 0; i == 0 || time.Now().Before(until); i++ {
-			e.do(f.target, "DEL", s.name)
+			if e.do(f.target, "DEL", s.name).Error() == nil {
+				ran++
+			}
 			time.Sleep(time.Duration(5+rand.IntN(16)) * time.Millisecond)
 		}
+		h.note("deleted: %d DELs ran", ran)
 		w.hush = s.p.watchdog
 		h.update(func() {
-			h.forced = append(h.forced, forcedRec{op: what, from: w.start, to: h.now(), res: allRes(s), sure: true})
+			h.forced = append(h.forced, forcedRec{op: what, from: w.start, to: h.now(), res: allRes(s), sure: ran > 0})
 		})
 	case fClose:
 		s.closeClient(f.target)
