@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -274,7 +275,21 @@ func (s *sched) extend(a *actor, l lockHandle, x *hold) {
 // A hold Redis no longer has is left to the other checkers (it may have been taken or deleted).
 func (s *sched) checkExtended(a *actor, l lockHandle, x *hold, want time.Duration, q *call) {
 	if l.maxHold > 0 {
-		want = min(want, x.invoke+l.maxHold)
+		// The budget runs from the owner's first acquisition of the hold that x is a level of (a reentry's
+		// budget is its first level's): the earliest of the owner's holds held without a break up to x.
+		first := x.invoke
+		s.h.update(func() {
+			for changed := true; changed; {
+				changed = false
+				for _, y := range s.h.holds {
+					if y.owner == x.owner && y.shared == x.shared && !y.phantom && y.invoke < first &&
+						y.grant <= first && y.end > first && slices.Equal(y.res, x.res) {
+						first, changed = y.invoke, true
+					}
+				}
+			}
+		})
+		want = min(want, first+l.maxHold)
 	}
 	field := ownerField(s.e.clients[a.client][0], a.owner) + l.suffix
 	at := s.h.now()
