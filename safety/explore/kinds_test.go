@@ -357,6 +357,21 @@ func redLock(s *sched, a *actor) lockHandle {
 		unlock: r.Unlock, holdCtx: r.HoldContext}
 }
 
+// noHoldContext records in x what err, the error of the call for x's context (HoldContext,
+// LeadershipContext) made just after x was granted, tells: the hold is over already (ErrNotHeld: a lease
+// or a budget that ended with its reply on the way, or a Close that gave it up), or its Client is closing
+// (ErrClosed), which ends every hold's context: its holder knows it holds nothing from then on.
+func (s *sched) noHoldContext(x *hold, err error) {
+	s.h.update(func() {
+		switch {
+		case errors.Is(err, relock.ErrNotHeld):
+			x.told = min(x.told, s.h.now())
+		case errors.Is(err, relock.ErrClosed) && x.closed == 0:
+			x.closed = s.h.now()
+		}
+	})
+}
+
 // watchLoss records in x when ctx, the hold's context, ends with a loss, or as its Client closes.
 func (s *sched) watchLoss(x *hold, ctx context.Context) {
 	go func() {
@@ -468,9 +483,7 @@ func (s *sched) holdOn(a *actor, l lockHandle, x *hold) bool {
 		s.watchLoss(x, hctx)
 	} else {
 		hctx = nil
-		if errors.Is(herr, relock.ErrNotHeld) { // already over (a lease or a budget that ended with its reply on the way)
-			s.h.update(func() { x.told = min(x.told, s.h.now()) })
-		}
+		s.noHoldContext(x, herr)
 	}
 	var budget chan struct{} // closed when the budget's check, if any, is over
 	if l.maxHold > 0 && hctx != nil && !a.role.shared {
@@ -812,6 +825,8 @@ func electionActor(s *sched, a *actor) {
 		lctx, lerr := e.LeadershipContext(a.base)
 		if lerr == nil {
 			s.watchLoss(x, lctx)
+		} else {
+			s.noHoldContext(x, lerr)
 		}
 		asked := s.listen(a, x, e.StepDownRequests) // a request to step down, which it may heed
 		s.holdFor(s.holdTime(a), asked)
