@@ -49,7 +49,10 @@ func unlockCases(t *testing.T, timeout time.Duration) []unlockCase {
 		raw := rawClient(t, s)
 		nodeHeld = append(nodeHeld, func(t testing.TB) bool { n, _ := do(t, raw, "EXISTS", "u:red").AsInt64(); return n > 0 })
 	}
-	red := relock.NewRedLock(parts, nil)
+	// A node timeout for this test's short watchdog (its default, TTL/20, would be 30 ms: a first call on a
+	// loaded machine, dialling and loading its script, can take longer, and Lock reports the first round's
+	// node failures).
+	red := relock.NewRedLock(parts, &relock.RedLockOptions{NodeTimeout: 200 * time.Millisecond})
 	return []unlockCase{
 		locker("RLock", rl, rl.HoldContext, "u:rlock"),
 		locker("FairLock", fl, fl.HoldContext, "u:fair"),

@@ -288,11 +288,12 @@ func wokenByRelease(t *testing.T, d *Deployment, newLock func(*relock.Client, st
 		t.Fatal(err)
 	}
 	got := make(chan time.Time, 1)
-	done := make(chan error, 1)
+	failed := make(chan error, 1) // the waiter's Lock failed
+	done := make(chan error, 1)   // the waiter's Unlock, after got
 	go func() {
 		l := newLock(b, name)
 		if err := l.Lock(ctx); err != nil {
-			done <- err
+			failed <- err
 			return
 		}
 		got <- time.Now()
@@ -313,7 +314,7 @@ func wokenByRelease(t *testing.T, d *Deployment, newLock func(*relock.Client, st
 		if took := at.Sub(released); took > 2*time.Second {
 			t.Fatalf("the waiter got the lock %v after the release", took)
 		}
-	case err := <-done:
+	case err := <-failed:
 		t.Fatalf("the waiter's Lock: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter was not woken by the release")
