@@ -536,6 +536,11 @@ func partitionHolder(r *round, h *hold) bool {
 // restartServer kills and restarts the lock's server while the holder is in its section, which then keeps
 // working (checking its hold) for the fault's length.
 func restartServer(r *round, h *hold) bool {
+	unsafe := r.sc.expect == mustBeCaught
+	var before int64
+	if unsafe {
+		before, _ = r.store.Read(context.Background(), 0)
+	}
 	start := r.hist.Now()
 	began := time.Now()
 	if err := r.env.servers[0].Restart(); err != nil {
@@ -545,11 +550,20 @@ func restartServer(r *round, h *hold) bool {
 	r.faults.Add(1)
 	r.hist.Annotate("fault", start, r.hist.Now(), "lock server restarted")
 	working(h, r.sc.fault)
-	// A scenario unsafe by design has its holder write without checking its hold, as most code does: one
-	// that checks writes only while no renewal has told it of the loss yet, and on a loaded machine, where
-	// the restart takes longer, the next renewal (a third of the watchdog timeout after the grant) may come
-	// before the check in every round, hiding the unsafety the checker must be shown to catch.
-	return r.sc.expect != mustBeCaught
+	if !unsafe {
+		return true
+	}
+	// A scenario unsafe by design shows the checker the unsafety it must catch: its holder writes without
+	// checking its hold, as most code does, once another worker has written (up to 3 s). A holder that
+	// checks writes only while no renewal has told it of the loss yet, and another worker gets in only
+	// once its Client has found the lock free again: on a loaded machine, where the restart and the
+	// rest take longer, either could hide the unsafety in every round.
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if v, err := r.store.Read(context.Background(), 0); err == nil && v != before {
+			break
+		}
+	}
+	return false
 }
 
 // latencySpikes sets every link's latency to a random value up to the fault's length, every 100 to 300 ms.
