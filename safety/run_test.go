@@ -553,11 +553,16 @@ func restartServer(r *round, h *hold) bool {
 	if !unsafe {
 		return true
 	}
-	// A scenario unsafe by design shows the checker the unsafety it must catch: its holder writes without
-	// checking its hold, as most code does, once another worker has written (up to 3 s). A holder that
-	// checks writes only while no renewal has told it of the loss yet, and another worker gets in only
-	// once its Client has found the lock free again: on a loaded machine, where the restart and the
-	// rest take longer, either could hide the unsafety in every round.
+	return r.staleWrite(before)
+}
+
+// staleWrite is the end of the holder's section in a scenario unsafe by design, which shows the checker
+// the unsafety it must catch: the holder writes without checking its hold, as most code does, once
+// another worker has written over before, the value the holder read (up to 3 s). It returns false: do
+// not check. A holder that checks writes only while no renewal has told it of the loss yet, and another
+// worker gets in only once its Client has found the lock free again: on a loaded machine, where the fault
+// and the rest take longer, either could hide the unsafety in every round.
+func (r *round) staleWrite(before int64) bool {
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if v, err := r.store.Read(context.Background(), 0); err == nil && v != before {
 			break
