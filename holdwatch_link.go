@@ -152,38 +152,73 @@ func (hw *holdWatch) connect(life context.Context) (watchLink, error) {
 		}
 	}
 	lost := conn.SetOnInvalidations(hw.invalidated)
-	link := dedicatedLink{conn: conn, gone: lost}
-	// Tracking OPTIN, and whether the user may send what an exactLink reads with (the ACL block that
-	// docs/operations.md gave before them did not allow them).
-	b := conn.B()
-	res := conn.DoMulti(ctx, b.ClientTracking().On().Optin().Build(),
-		b.Unwatch().Build(), b.ClientCaching().Yes().Build(), b.Multi().Build(), b.Exec().Build())
-	if err := res[0].Error(); err != nil {
+	if err := conn.Do(ctx, conn.B().ClientTracking().On().Optin().Build()).Error(); err != nil {
 		conn.Close()
 		return nil, err
 	}
-	for _, r := range res[1:] {
+	return &singleLink{dedicatedLink: dedicatedLink{conn: conn, gone: lost}, rdb: hw.c.rdb}, nil
+}
+
+// singleLink is a single server's link: a dedicatedLink read as an exactLink, or, where the user may not
+// send what an exactLink reads with (the ACL block that docs/operations.md gave before them did not allow
+// them), as a checkedLink. Which one is found at its first read (a Client whose holds never last
+// watchDelay sends nothing but the connection's set-up): see read.
+type singleLink struct {
+	dedicatedLink
+	rdb  rueidis.Client
+	mode linkMode
+}
+
+// linkMode is how a singleLink reads: not known yet, exactly, or checked first on the Client's own
+// connections.
+type linkMode int
+
+const (
+	modeUnknown linkMode = iota
+	modeExact
+	modeChecked
+)
+
+func (l *singleLink) read(ctx context.Context, reads []watchRead) []watchReply {
+	if l.mode == modeUnknown {
+		if err := l.findMode(ctx); err != nil {
+			replies := make([]watchReply, len(reads))
+			for i := range replies {
+				replies[i] = watchReply{err: err}
+			}
+			return replies
+		}
+	}
+	if l.mode == modeChecked {
+		return checkedLink{dedicatedLink: l.dedicatedLink, rdb: l.rdb}.read(ctx, reads)
+	}
+	return exactLink{l.dedicatedLink}.read(ctx, reads)
+}
+
+// findMode tries what an exactLink reads with; refused for good, it turns the connection's tracking to
+// plain ON (every read tracked) for a checkedLink.
+func (l *singleLink) findMode(ctx context.Context) error {
+	b := l.conn.B()
+	res := l.conn.DoMulti(ctx, b.Unwatch().Build(), b.ClientCaching().Yes().Build(), b.Multi().Build(), b.Exec().Build())
+	for _, r := range res {
 		err := r.Error()
 		if err == nil {
 			continue
 		}
 		if !refusedForGood(err) {
-			conn.Close()
-			return nil, err
+			return err
 		}
-		// Tracking of every read (not OPTIN), each of them made after the same read on the Client's own
-		// connections has found the hold.
-		if err := conn.Do(ctx, b.ClientTracking().Off().Build()).Error(); err != nil {
-			conn.Close()
-			return nil, err
+		if err := l.conn.Do(ctx, b.ClientTracking().Off().Build()).Error(); err != nil {
+			return err
 		}
-		if err := conn.Do(ctx, b.ClientTracking().On().Build()).Error(); err != nil {
-			conn.Close()
-			return nil, err
+		if err := l.conn.Do(ctx, b.ClientTracking().On().Build()).Error(); err != nil {
+			return err
 		}
-		return checkedLink{dedicatedLink: link, rdb: hw.c.rdb}, nil
+		l.mode = modeChecked
+		return nil
 	}
-	return exactLink{link}, nil
+	l.mode = modeExact
+	return nil
 }
 
 // dedicatedLink is a single server's link: one dedicated connection with CLIENT TRACKING on, read as an
