@@ -165,8 +165,8 @@ func (hw *holdWatch) connect(life context.Context) (watchLink, error) {
 // watchDelay sends nothing but the connection's set-up): see read.
 type singleLink struct {
 	dedicatedLink
-	rdb  rueidis.Client
-	mode linkMode
+	rdb rueidis.Client
+	how linkMode
 }
 
 // linkMode is how a singleLink reads: not known yet, exactly, or checked first on the Client's own
@@ -180,7 +180,7 @@ const (
 )
 
 func (l *singleLink) read(ctx context.Context, reads []watchRead) []watchReply {
-	if l.mode == modeUnknown {
+	if l.how == modeUnknown {
 		if err := l.findMode(ctx); err != nil {
 			replies := make([]watchReply, len(reads))
 			for i := range replies {
@@ -189,7 +189,7 @@ func (l *singleLink) read(ctx context.Context, reads []watchRead) []watchReply {
 			return replies
 		}
 	}
-	if l.mode == modeChecked {
+	if l.how == modeChecked {
 		return checkedLink{dedicatedLink: l.dedicatedLink, rdb: l.rdb}.read(ctx, reads)
 	}
 	return exactLink{l.dedicatedLink}.read(ctx, reads)
@@ -214,10 +214,10 @@ func (l *singleLink) findMode(ctx context.Context) error {
 		if err := l.conn.Do(ctx, b.ClientTracking().On().Build()).Error(); err != nil {
 			return err
 		}
-		l.mode = modeChecked
+		l.how = modeChecked
 		return nil
 	}
-	l.mode = modeExact
+	l.how = modeExact
 	return nil
 }
 
