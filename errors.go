@@ -106,6 +106,12 @@ var (
 	errClientClosed    = errorf("%w: %w", ErrLockLost, ErrClosed) // a Client that stopped without giving its holds up
 )
 
+// writeHoldEnded is the cause of a read hold taken under its owner's own write hold, which lives within
+// it (see rw_read_acquire.lua), when that write hold ended otherwise than by its owner's release: cause.
+func writeHoldEnded(cause error) error {
+	return fmt.Errorf("%w: the write hold it was taken under ended (%w)", ErrLockLost, cause)
+}
+
 // errGivenUp is the cause of a hold's context when Close gave the hold up: its Client released it, as its
 // owner's Unlock would have (context.Canceled), because it was closed (ErrClosed). It is not a loss.
 var errGivenUp = errorf("%w: the hold was given up (%w)", ErrClosed, context.Canceled)

@@ -35,6 +35,7 @@ func (w *holdTable) beganLocked(h *hold, a *acquisition) {
 // it (its contexts, span and metrics) is returned, for once the table is unlocked.
 func (w *holdTable) endLocked(h *hold, cause error) ending {
 	h.phase = phaseEnded
+	h.cause = cause
 	if h.riskChanged != nil {
 		close(h.riskChanged)
 		h.riskChanged = nil

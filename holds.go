@@ -70,6 +70,7 @@ type hold struct {
 	budgetAt   time.Time // when the hold's budget (WithMaxHold) ends it; zero: never
 	granted    int64     // Redis's clock (ms) at the first acquisition's grant, 0 if unknown: the budget ends on it too (budget.go)
 	renewals   int
+	cause      error   // why it ended, once it has
 	group      holdKey // the hold's group, if it has one (see holdgroups.go)
 	giver      giver   // see acquisition.giver
 	// ctx ends, with the hold's end as cause, when the hold ends; made by the first holdContext call.
@@ -324,7 +325,7 @@ type holdEvent struct {
 	n      int64         // evReleased: the count left; evSettled: the count (< 0: unknown); evRenewOtherKind: the code
 	sentAt time.Time     // evRenewed, evRenewUnanswered, evExtended: when the renewal was sent
 	ttl    time.Duration // evRenewed, evExtended: the time to live it gave (0: the watchdog timeout)
-	cause  error         // evShut; evRenewUnanswered: the renewal's error
+	cause  error         // evShut; evRenewUnanswered: the renewal's error; evWriteEnded: the write hold's end
 	now    time.Time
 }
 

@@ -3,6 +3,8 @@ package relock
 import (
 	"container/heap"
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/relock-go/relock/internal/invariant"
@@ -54,6 +56,15 @@ import (
 //	extendGone            ended (lost)           doubted, parked         doubted, parked
 //	settled(count)        count, unless unknown; at 0 ended (Canceled)
 //	shut                  ended (errGivenUp, or errClientClosed when abandoned)
+//	writeEnded            ended (lost), and     -                       -
+//	                        given up when the
+//	                        write hold was
+//
+// writeEnded is a read hold's event when its owner's write hold of the same lock ends otherwise than by
+// a release or Close: the read hold was taken under it (an owner holding both took the write first: the
+// other order is ErrUpgrade), and in Redis lives within it until the write unlock (see
+// rw_read_acquire.lua). A read hold being released waits for its releases' outcome instead, which shows
+// whether it is gone.
 //
 // The watch of holds reads a hold only while it is held (see holdTable.watchedHolds): every transition
 // from releasing or doubted back to held has the watch read it again (watch.touch), since an invalidation
@@ -123,12 +134,14 @@ const (
 	evExtendGone
 	evSettled
 	evShut
+	evWriteEnded
 )
 
 func (e holdEv) String() string {
 	return [...]string{"acquired", "releaseSent", "released", "releaseNotHeld", "releaseUnanswered",
 		"releaseCancelled", "unlockedInBackground", "entryLeft", "due", "renewed", "renewGone",
-		"renewOtherKind", "renewUnanswered", "watchGone", "extended", "extendGone", "settled", "shut"}[e]
+		"renewOtherKind", "renewUnanswered", "watchGone", "extended", "extendGone", "settled", "shut",
+		"writeEnded"}[e]
 }
 
 // stepLocked applies ev to h, the record of its key (nil: none; then only evAcquired does anything),
@@ -295,6 +308,15 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 
 	case evShut:
 		out.add(w.endLocked(h, ev.cause))
+
+	case evWriteEnded:
+		switch {
+		case h.phase != phaseHeld:
+		case givenUp(ev.cause):
+			w.endGivingUpLocked(h, writeHoldEnded(ev.cause), ev.now, out)
+		default:
+			out.add(w.endLocked(h, writeHoldEnded(ev.cause)))
+		}
 	}
 	if before == phaseReleasing || before == phaseDoubted {
 		if h.phase == phaseHeld {
@@ -307,10 +329,29 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 		w.checkHoldLocked(h, before, ev)
 	}
 	if h.phase == phaseEnded {
+		if before != phaseEnded {
+			w.writeEndedLocked(h, ev.now, out)
+		}
 		return nil
 	}
 	w.refreshRiskLocked(h, ev.now)
 	return h
+}
+
+// writeEndedLocked steps, when h is a write hold that ended otherwise than by its owner's release or
+// Close, its owner's read hold of the same lock (evWriteEnded), if it has one.
+func (w *holdTable) writeEndedLocked(h *hold, now time.Time, out *stepped) {
+	if h.kind != kindWrite || h.mode == entryMode || h.cause == context.Canceled || errors.Is(h.cause, ErrClosed) {
+		return
+	}
+	if r := w.holds[holdKey{h.key.key, strings.TrimSuffix(h.key.field, writerSuffix)}]; r != nil && r.kind == kindRead {
+		w.stepLocked(r, holdEvent{ev: evWriteEnded, cause: h.cause, now: now}, out)
+	}
+}
+
+// givenUp reports whether a hold that ended with cause was given up in Redis (see endGivingUpLocked).
+func givenUp(cause error) bool {
+	return errors.Is(cause, ErrMaxHoldReached) || errors.Is(cause, errRenewTimeout)
 }
 
 // acquiredLocked is evAcquired: a new record for a first hold, or h updated by a reentry.

@@ -118,6 +118,16 @@ var holdModelSteps = []modelStep{
 			m.doubted = true
 		}
 	}},
+	{"its owner's write hold ended (a read hold under it)", func(m *modelHold) bool { return m.live }, func(m *modelHold, w *holdTable, k holdKey, _ *rand.Rand) {
+		var out stepped
+		w.mu.Lock()
+		w.stepLocked(w.holds[k], holdEvent{ev: evWriteEnded, cause: errLeaseExpired}, &out)
+		w.mu.Unlock()
+		out.finish(w.c.tel)
+		if m.releases == 0 {
+			m.end("lost")
+		}
+	}},
 	{"Close", func(m *modelHold) bool { return m.live }, func(m *modelHold, w *holdTable, k holdKey, _ *rand.Rand) {
 		var out stepped
 		w.mu.Lock()

@@ -200,13 +200,18 @@ func (l *singleLink) read(ctx context.Context, reads []watchRead) []watchReply {
 func (l *singleLink) findMode(ctx context.Context) error {
 	b := l.conn.B()
 	res := l.conn.DoMulti(ctx, b.Unwatch().Build(), b.ClientCaching().Yes().Build(), b.Multi().Build(), b.Exec().Build())
-	for _, r := range res {
+	for i, r := range res {
 		err := r.Error()
 		if err == nil {
 			continue
 		}
 		if !refusedForGood(err) {
 			return err
+		}
+		if i == 3 && res[2].Error() == nil {
+			// MULTI began a transaction that EXEC could not end. Redis 7 discards it with the refusal
+			// (EXECABORT); an earlier server may not, and this DISCARD then ends it (else: an error, ignored).
+			l.conn.Do(ctx, b.Discard().Build())
 		}
 		if err := l.conn.Do(ctx, b.ClientTracking().Off().Build()).Error(); err != nil {
 			return err

@@ -272,6 +272,115 @@ func TestDowngradeAndUpgrade(t *testing.T) {
 	}
 }
 
+// A read hold the writer takes under its own write lock (a downgrade not yet made) never makes the write
+// lock outlive its lease: other readers get in when the write lease ends, and the writer's read hold, which
+// lived within the write hold, ends with it: its owner is told as the write hold's lease ends, not when
+// Redis happens to drop the key (Redis's active expiry is off here: nothing but an access would). Before,
+// the read hold's lease or renewals kept the lock in write mode: a waiting reader slept for as long as the
+// writer read.
+func TestReadUnderTheWriteLockEndsWithTheWriteLease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := do(t, rdb, "DEBUG", "SET-ACTIVE-EXPIRE", "0").Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, readLease := range []time.Duration{0, 10 * time.Second} { // renewed by the watchdog; a long lease
+		t.Run("readLease="+readLease.String(), func(t *testing.T) {
+			name := "rw-downgrade-lease-" + readLease.String()
+			rw := a.ReadWriteLock(name)
+			if err := rw.WriteLock().LockWithLease(ctx, 300*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			lock := rw.ReadLock().Lock
+			if readLease > 0 {
+				lock = func(ctx context.Context) error { return rw.ReadLock().LockWithLease(ctx, readLease) }
+			}
+			if err := lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			writeHold, err := rw.WriteLock().HoldContext(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readHold, err := rw.ReadLock().HoldContext(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pttl, _ := do(t, rdb, "PTTL", name).AsInt64(); pttl > 300 {
+				t.Fatalf("the read hold under the write lock gave the lock %d ms to live, past the write lease", pttl)
+			}
+			select {
+			case <-writeHold.Done():
+			case <-time.After(2 * time.Second):
+				t.Fatal("the write lease did not end")
+			}
+			select {
+			case <-readHold.Done():
+			case <-time.After(100 * time.Millisecond):
+				t.Fatal("the writer was not told that its read hold ended with its write hold")
+			}
+			if cause := context.Cause(readHold); !errors.Is(cause, relock.ErrLockLost) {
+				t.Fatalf("the read hold ended with %v, want ErrLockLost", cause)
+			}
+			if ok, err := b.ReadWriteLock(name).ReadLock().TryLock(ctx, 2*time.Second, 0); !ok || err != nil {
+				t.Fatalf("a reader waiting for the write lease's end got %v, %v", ok, err)
+			}
+			if err := rw.WriteLock().Unlock(ctx); !errors.Is(err, relock.ErrNotHeld) {
+				t.Fatalf("write unlock after its lease = %v, want ErrNotHeld", err)
+			}
+			if err := b.ReadWriteLock(name).ReadLock().Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A downgrade made before the write lease ends keeps the read hold for its own lease: the lock then lives
+// by the read hold, readers may enter, writers wait for it.
+func TestDowngradeKeepsTheReadLease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	a, b := newClient(t, srv, nil), newClient(t, srv, nil)
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	rw := a.ReadWriteLock("rw")
+	if err := rw.WriteLock().LockWithLease(ctx, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.ReadLock().LockWithLease(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.WriteLock().Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pttl, _ := do(t, rdb, "PTTL", "rw").AsInt64(); pttl < 4000 {
+		t.Fatalf("after the downgrade the lock lives %d ms, want its read hold's 5 s", pttl)
+	}
+	time.Sleep(500 * time.Millisecond) // past the write lease
+	if held, err := rw.ReadLock().IsHeld(ctx); !held || err != nil {
+		t.Fatalf("the downgraded read hold ended with the write lease: %v, %v", held, err)
+	}
+	other := b.ReadWriteLock("rw")
+	if ok, err := other.ReadLock().TryLock(ctx, 0, 0); !ok || err != nil {
+		t.Fatalf("another reader cannot enter after the downgrade: %v, %v", ok, err)
+	}
+	if err := other.ReadLock().Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := other.WriteLock().TryLock(ctx, 100*time.Millisecond, 0); ok || err != nil {
+		t.Fatalf("a writer entered beside the downgraded reader: %v, %v", ok, err)
+	}
+	if err := rw.ReadLock().Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := do(t, rdb, "EXISTS", "rw").AsInt64(); n != 0 {
+		t.Fatal("the lock is left after its last reader's release")
+	}
+}
+
 func TestWriterPriorityHoldsBackNewReaders(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)

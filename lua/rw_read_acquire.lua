@@ -59,14 +59,22 @@ if stale and not read_hold_alive(ARGV[4], owner, stale) then
   redis.call('hdel', KEYS[1], owner)
 end
 
-local function hold()
+-- The hold's level key lives ttl ms (or until at); so does the lock's hash, at least, except in write mode:
+-- there the hash lives by the write hold, and only the writer itself reads (a downgrade). A read hold taken
+-- under one's own write lock never makes the write lock outlive its lease or its renewals: other readers
+-- get in as soon as the write hold ends. The read hold outlives the write hold only when the write lock is
+-- released (rw_write_release.lua gives the hash the read hold's time to live); should the write hold end
+-- otherwise (its lease ran out, its Client stopped renewing), the read hold ends with it.
+local function hold(writing)
   local n = redis.call('hincrby', KEYS[1], owner, 1)
   if at then
     redis.call('set', prefix .. n, 1, 'PXAT', at)
   else
     redis.call('set', prefix .. n, 1, 'PX', ttl)
   end
-  extend(KEYS[1], ttl, at)
+  if not writing then
+    extend(KEYS[1], ttl, at)
+  end
   return {1, n, 0, grant_clock(budgeted)}
 end
 
@@ -105,6 +113,6 @@ if mode == 'read' then
   return hold()
 end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
-  return hold()
+  return hold(true)
 end
 return {0, redis.call('pttl', KEYS[1]), 0}

@@ -48,7 +48,9 @@ for i = 1, #KEYS do
         expire_hold(prefix .. j, ttl, at)
       end
     end
-    if ok == 1 and redis.call('pttl', KEYS[i]) < ttl then
+    -- In write mode the hash lives by the write hold (the reader is the writer: see hold in
+    -- rw_read_acquire.lua).
+    if ok == 1 and redis.call('pttl', KEYS[i]) < ttl and redis.call('hget', KEYS[i], 'mode') ~= 'write' then
       expire_hold(KEYS[i], ttl, at)
     end
   end

@@ -11,7 +11,7 @@
 -- ARGV[3]  '' or the write count the owner must have (the undo of an acquisition whose reply was lost)
 -- ARGV[4]  '' or the request, '!' or '?' then its id (see rlock_release.lua)
 -- ARGV[5]  how to announce: 'publish', or 'spublish' on a cluster using sharded pub/sub (Options.ShardedPubSub)
--- ARGV[6]  not used (the read half's tag: both halves are sent the same arguments)
+-- ARGV[6]  the lock's tag, which starts its read-hold keys (see rw_read_acquire.lua)
 -- ARGV[7]  how long a repeat's void mark lives, in milliseconds (see lib/release.lua)
 --
 -- Returns -1 when the owner does not hold the write lock (or its count is not ARGV[3]): nothing changed;
@@ -19,6 +19,7 @@
 --         void, the current one);
 --         an error RELOCK_... when the key is no read-write lock's (see lib/kinds.lua): nothing changed.
 -- @include lib/release.lua
+-- @include lib/readers.lua
 -- @include lib/kinds.lua
 
 local refused = held_refusal(KEYS[1], true)
@@ -34,10 +35,23 @@ local left = release_shared_hold(KEYS[1], KEYS[3], ARGV[1], ARGV[3], ARGV[4], vo
 if left ~= 0 then
   return left
 end
-if redis.call('hlen', KEYS[1]) == 1 then
+-- The writer may still read (a downgrade): its read hold, which lived within the write hold (see hold in
+-- rw_read_acquire.lua), now gives the hash its time to live, and others may read too.
+local reader = string.sub(ARGV[1], 1, -7)
+local reading = 0
+local levels = tonumber(redis.call('hget', KEYS[1], reader))
+if levels then
+  reading = read_hold_ttl(ARGV[6], reader, levels)
+end
+if reading == 0 then
   redis.call('del', KEYS[1], KEYS[3], KEYS[4])
 else
-  redis.call('hset', KEYS[1], 'mode', 'read') -- the writer still reads: others may read too
+  redis.call('hset', KEYS[1], 'mode', 'read')
+  if reading < 0 then
+    redis.call('persist', KEYS[1])
+  else
+    redis.call('pexpire', KEYS[1], reading)
+  end
 end
 redis.call(ARGV[5], KEYS[2], ARGV[2])
 return 0
