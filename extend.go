@@ -81,6 +81,31 @@ func (w *holdTable) extension(k holdKey, lease time.Duration) (renewal, error) {
 	return r, nil
 }
 
+// record returns k's hold record for a read of the hold by its owner (see readGone), nil when there is
+// none (or only a queue entry).
+func (w *holdTable) record(k holdKey) *hold {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.holds[k]; h != nil && h.mode != entryMode {
+		return h
+	}
+	return nil
+}
+
+// readGone records that a read of the hold k by its owner (HoldCount, IsHeld), sent while h was its record,
+// found that Redis does not have it: a loss, as when an Extend finds it gone, unless a release of it by its
+// owner is under way. A record made since (the owner acquired the lock afresh meanwhile) is not the hold
+// the read saw, and is left alone.
+func (w *holdTable) readGone(k holdKey, h *hold) {
+	var out stepped
+	w.mu.Lock()
+	if w.holds[k] == h {
+		w.stepLocked(h, holdEvent{ev: evReadGone}, &out)
+	}
+	w.mu.Unlock()
+	out.finish(w.c.tel)
+}
+
 // extended records the reply of Extend's renewal of the lease hold k, sent at sentAt with time to live ttl:
 // 1 extended, 0 gone, 2 or 3 its key is another kind's now. It reports whether the owner still holds it;
 // a hold Redis no longer has ends as lost, as when the watchdog finds it gone (unless a release of it by

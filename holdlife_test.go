@@ -82,3 +82,68 @@ func TestLostHoldRetakenIsANewHold(t *testing.T) {
 		}
 	}
 }
+
+// An owner's HoldCount or IsHeld that finds Redis without a hold its Client believes in ends the hold's
+// context at once (lost), as an Extend that finds it gone does: here without the watch, whose absence
+// would otherwise leave it to the watchdog's next check, 10 s away. A hold acquired afresh after the read
+// was sent is not the one it saw.
+func TestReadThatFindsTheHoldGoneEndsIt(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := newClient(t, srv, &relock.Options{NoHoldWatch: true})
+	rdb := rawClient(t, srv)
+	ctx := ctxTimeout(t, 20*time.Second)
+	rw := c.ReadWriteLock("read-gone-rw")
+	for _, tc := range []struct {
+		name string
+		l    *relock.RLock
+		read func(*relock.RLock, context.Context) (bool, error)
+	}{
+		{"lock/HoldCount", c.Lock("read-gone"), func(l *relock.RLock, ctx context.Context) (bool, error) {
+			n, err := l.HoldCount(ctx)
+			return n > 0, err
+		}},
+		{"fair/IsHeld", c.FairLock("read-gone-fair"), (*relock.RLock).IsHeld},
+		{"write/IsHeld", rw.WriteLock(), (*relock.RLock).IsHeld},
+		{"read/HoldCount", rw.ReadLock(), func(l *relock.RLock, ctx context.Context) (bool, error) {
+			n, err := l.HoldCount(ctx)
+			return n > 0, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			own := relock.WithOwner(ctx, "o")
+			if err := tc.l.Lock(own); err != nil {
+				t.Fatal(err)
+			}
+			hctx, err := tc.l.HoldContext(own)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held, err := tc.read(tc.l, own); !held || err != nil {
+				t.Fatalf("held = %v, %v", held, err)
+			}
+			if hctx.Err() != nil {
+				t.Fatal("a read that found the hold there ended it")
+			}
+			do(t, rdb, "DEL", tc.l.Name())
+			if held, err := tc.read(tc.l, own); held || err != nil {
+				t.Fatalf("after DEL: held = %v, %v", held, err)
+			}
+			if hctx.Err() == nil {
+				t.Fatal("the read found the hold gone, and its HoldContext lives on")
+			}
+			if cause := context.Cause(hctx); !errors.Is(cause, relock.ErrLockLost) {
+				t.Fatalf("cause %v, want ErrLockLost", cause)
+			}
+			if err := tc.l.Unlock(own); !errors.Is(err, relock.ErrNotHeld) {
+				t.Fatalf("Unlock = %v, want ErrNotHeld", err)
+			}
+			if err := tc.l.Lock(own); err != nil { // the owner takes it afresh
+				t.Fatal(err)
+			}
+			if err := tc.l.Unlock(own); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

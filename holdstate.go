@@ -54,11 +54,15 @@ import (
 //	                        sent                   queued)
 //	extended              expiry                 expiry                  expiry
 //	extendGone            ended (lost)           doubted, parked         doubted, parked
+//	readGone              ended (lost)           doubted, parked         doubted, parked
 //	settled(count)        count, unless unknown; at 0 ended (Canceled)
 //	shut                  ended (errGivenUp, or errClientClosed when abandoned)
 //	writeEnded            ended (lost), and     -                       -
 //	                        given up when the
 //	                        write hold was
+//
+// readGone is a read of the hold by its owner (HoldCount, IsHeld) that found Redis without it, sent while
+// the record was already its key's: what an Extend that found it gone tells, and as soon.
 //
 // writeEnded is a read hold's event when its owner's write hold of the same lock ends otherwise than by
 // a release or Close: the read hold was taken under it (an owner holding both took the write first: the
@@ -135,13 +139,14 @@ const (
 	evSettled
 	evShut
 	evWriteEnded
+	evReadGone
 )
 
 func (e holdEv) String() string {
 	return [...]string{"acquired", "releaseSent", "released", "releaseNotHeld", "releaseUnanswered",
 		"releaseCancelled", "unlockedInBackground", "entryLeft", "due", "renewed", "renewGone",
 		"renewOtherKind", "renewUnanswered", "watchGone", "extended", "extendGone", "settled", "shut",
-		"writeEnded"}[e]
+		"writeEnded", "readGone"}[e]
 }
 
 // stepLocked applies ev to h, the record of its key (nil: none; then only evAcquired does anything),
@@ -235,8 +240,8 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 			w.dueNowLocked(h, ev.now)
 		}
 
-	case evRenewGone, evExtendGone, evRenewOtherKind:
-		if ev.ev != evExtendGone {
+	case evRenewGone, evExtendGone, evReadGone, evRenewOtherKind:
+		if ev.ev == evRenewGone || ev.ev == evRenewOtherKind {
 			h.renewing = renewQueued // out of the queue: parked, or ended, below
 		}
 		switch {

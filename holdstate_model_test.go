@@ -118,6 +118,14 @@ var holdModelSteps = []modelStep{
 			m.doubted = true
 		}
 	}},
+	{"its owner's read finds it gone", func(m *modelHold) bool { return m.live }, func(m *modelHold, w *holdTable, k holdKey, _ *rand.Rand) {
+		w.readGone(k, w.record(k))
+		if m.releases == 0 {
+			m.end("lost")
+		} else {
+			m.doubted = true
+		}
+	}},
 	{"its owner's write hold ended (a read hold under it)", func(m *modelHold) bool { return m.live }, func(m *modelHold, w *holdTable, k holdKey, _ *rand.Rand) {
 		var out stepped
 		w.mu.Lock()

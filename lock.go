@@ -252,9 +252,16 @@ func (l *RLock) holdCount(ctx context.Context, op string) (int, error) {
 	if err != nil {
 		return 0, l.fail(ctx, op, err)
 	}
+	k := holdKey{key: l.name, field: field}
+	h := l.c.holds.record(k)
 	r, err := l.read(ctx, field)
 	if err != nil {
 		return 0, l.fail(ctx, op, err)
+	}
+	if r[1] == 0 && h != nil {
+		// Its Client believes the owner holds the lock, and Redis says it does not: its HoldContext ends
+		// now, not when the watch or the watchdog would tell.
+		l.c.holds.readGone(k, h)
 	}
 	return int(r[1]), nil
 }
