@@ -127,23 +127,24 @@ var holdModelSteps = []modelStep{
 		}
 	}},
 	{"its owner's write hold ended (a read hold under it)", func(m *modelHold) bool { return m.live }, func(m *modelHold, w *holdTable, k holdKey, _ *rand.Rand) {
-		var out stepped
-		w.mu.Lock()
-		w.stepLocked(w.holds[k], holdEvent{ev: evWriteEnded, cause: errLeaseExpired}, &out)
-		w.mu.Unlock()
-		out.finish(w.c.tel)
+		stepKey(w, k, holdEvent{ev: evWriteEnded, cause: errLeaseExpired})
 		if m.releases == 0 {
 			m.end("lost")
 		}
 	}},
 	{"Close", func(m *modelHold) bool { return m.live }, func(m *modelHold, w *holdTable, k holdKey, _ *rand.Rand) {
-		var out stepped
-		w.mu.Lock()
-		w.stepLocked(w.holds[k], holdEvent{ev: evShut, cause: errGivenUp}, &out)
-		w.mu.Unlock()
-		out.finish(w.c.tel)
+		stepKey(w, k, holdEvent{ev: evShut, cause: errGivenUp})
 		m.end("closed")
 	}},
+}
+
+// stepKey applies ev to k's record, as the table's callers do.
+func stepKey(w *holdTable, k holdKey, ev holdEvent) {
+	var out stepped
+	w.mu.Lock()
+	w.stepLocked(w.holds[k], ev, &out)
+	w.mu.Unlock()
+	out.finish(w.c.tel)
 }
 
 func modelAcquisition(k holdKey, count int64) acquisition {
