@@ -27,18 +27,38 @@
 --         void, the current count, unchanged);
 --         0 means the lock was deleted and its release announced (announce_release in lib/waiters.lua);
 --         an error RELOCK_... when the key is no reentrant lock's (see lib/kinds.lua): nothing changed.
+
+-- The common case, an owner's last hold released by a first sending (no undo, no repeat), runs here before
+-- the script defines any function (see rlock_acquire.lua): held_refusal's, release_void's and release_one's
+-- checks and steps (lib/kinds.lua, lib/release.lua) for that case alone, and announce_release's
+-- (lib/waiters.lua) when nobody waits. With waiters, the release is done and announced below.
+local request = ARGV[4]
+local released = false
+if ARGV[3] == '' and string.sub(request, 1, 1) ~= '?' and redis.pcall('hexists', KEYS[1], 'mode') == 0
+    and redis.call('hget', KEYS[1], ARGV[1]) == '1'
+    and (request == '' or redis.call('hexists', KEYS[7], ARGV[1] .. ' ' .. string.sub(request, 2)) == 0) then
+  redis.call('del', KEYS[1], KEYS[3], KEYS[4])
+  if redis.call('exists', KEYS[5]) == 0 then
+    redis.call(ARGV[5], KEYS[2], ARGV[2])
+    return 0
+  end
+  released = true
+end
+
 -- @include lib/clock.lua
 -- @include lib/waiters.lua
 -- @include lib/release.lua
 -- @include lib/kinds.lua
 
-local refused = held_refusal(KEYS[1], false)
-if refused then
-  return refused
-end
-local left = release_hold(KEYS[1], KEYS[3], KEYS[4], KEYS[7], ARGV[1], ARGV[3], ARGV[4], ARGV[7])
-if left ~= 0 then
-  return left
+if not released then
+  local refused = held_refusal(KEYS[1], false)
+  if refused then
+    return refused
+  end
+  local left = release_hold(KEYS[1], KEYS[3], KEYS[4], KEYS[7], ARGV[1], ARGV[3], ARGV[4], ARGV[7])
+  if left ~= 0 then
+    return left
+  end
 end
 announce_release(KEYS[5], KEYS[6], KEYS[2], ARGV[5], ARGV[2], ARGV[6])
 return 0
