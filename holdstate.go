@@ -351,6 +351,9 @@ func (w *holdTable) writeEndedLocked(h *hold, now time.Time, out *stepped) {
 	}
 	if r := w.holds[holdKey{h.key.key, strings.TrimSuffix(h.key.field, writerSuffix)}]; r != nil && r.kind == kindRead {
 		w.stepLocked(r, holdEvent{ev: evWriteEnded, cause: h.cause, now: now}, out)
+		if invariant.On() && r.phase == phaseHeld {
+			invariant.Failf("read hold %q of %q is still held after its owner's write hold ended (%v)", r.key.field, r.key.key, h.cause)
+		}
 	}
 }
 

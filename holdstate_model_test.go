@@ -126,6 +126,12 @@ var holdModelSteps = []modelStep{
 			m.doubted = true
 		}
 	}},
+	{"its owner's read, sent before it was taken afresh, finds it gone", func(m *modelHold) bool { return m.live && m.releases == 0 }, func(m *modelHold, w *holdTable, k holdKey, _ *rand.Rand) {
+		old := w.record(k)
+		w.acquired(k, modelAcquisition(k, 1)) // Redis had lost it: a new hold, the old one ended (lost)
+		w.readGone(k, old)                    // the read saw the old hold gone: the new one stays
+		*m = modelHold{live: true, count: 1, ended: "lost"}
+	}},
 	{"its owner's write hold ended (a read hold under it)", func(m *modelHold) bool { return m.live }, func(m *modelHold, w *holdTable, k holdKey, _ *rand.Rand) {
 		stepKey(w, k, holdEvent{ev: evWriteEnded, cause: errLeaseExpired})
 		if m.releases == 0 {
