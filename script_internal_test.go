@@ -61,7 +61,8 @@ func TestScriptIncludes(t *testing.T) {
 // the release returns before the first function of its script, since Redis makes a closure of every
 // function a script defines on every run (docs/performance.md, Scripts).
 func TestCommonCaseBeforeAnyFunction(t *testing.T) {
-	for _, s := range []*script{scriptAcquire, scriptRelease} {
+	for _, s := range []*script{scriptAcquire, scriptRelease, scriptFairAcquire, scriptFairRelease, scriptRWWriteAcquire, scriptRWWriteRelease,
+		scriptRWReadAcquire, scriptRWReadRelease} {
 		fn := strings.Index(s.src, "\nlocal function ")
 		ret := strings.Index(s.src, "\n  return ") // indented: inside the common case's block
 		if r := strings.Index(s.src, "\n    return "); r >= 0 && (ret < 0 || r < ret) {

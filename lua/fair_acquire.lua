@@ -47,6 +47,23 @@
 --                                is no lock, a read-write lock, or, unless the owner holds the lock
 --                                already, a ReadWriteLock's waiting writers or (for a FairLock) an
 --                                Election. Nothing changed.
+
+-- A free name that nobody queues for, the common case, is taken here before the script defines any
+-- function (see rlock_acquire.lua), when the hold has no budget: one EXISTS finds no lock, queue, scores,
+-- alive times, undone marks nor another kind's companion (an Election's stream, which its own candidates
+-- may find, makes them take the general code below), and the grant is first_hold's (lib/hold.lua), as the
+-- code below would make it.
+local plain = tonumber(ARGV[1])
+if plain and redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8]) == 0 then
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], plain)
+  local token = 0
+  if KEYS[10] then
+    token = redis.call('incr', KEYS[10])
+  end
+  return {1, 1, token, 0}
+end
+
 -- @include lib/clock.lua
 -- @include lib/alive.lua
 -- @include lib/queue.lua

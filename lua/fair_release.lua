@@ -20,6 +20,19 @@
 --         the owner's remaining hold count otherwise (see rlock_release.lua); 0 means the lock was deleted
 --         and the head woken;
 --         an error RELOCK_... when the key is no reentrant lock's (see lib/kinds.lua): nothing changed.
+
+-- The common case, an owner's last hold released by a first sending (no undo, no repeat) while nobody
+-- queues, runs here before the script defines any function (see rlock_acquire.lua): held_refusal's and
+-- release_hold's checks and steps (lib/kinds.lua, lib/release.lua) for that case alone; with no queue,
+-- wake_live_head (lib/queue.lua) has nobody to wake.
+local request = ARGV[4]
+if ARGV[3] == '' and string.sub(request, 1, 1) ~= '?' and redis.pcall('hexists', KEYS[1], 'mode') == 0
+    and redis.call('hget', KEYS[1], ARGV[1]) == '1' and redis.call('exists', KEYS[2]) == 0
+    and (request == '' or redis.call('hexists', KEYS[8], ARGV[1] .. ' ' .. string.sub(request, 2)) == 0) then
+  redis.call('del', KEYS[1], KEYS[6], KEYS[7])
+  return 0
+end
+
 -- @include lib/clock.lua
 -- @include lib/release.lua
 -- @include lib/queue.lua

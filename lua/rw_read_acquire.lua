@@ -30,6 +30,19 @@
 --         an error RELOCK_... when the name is in use by another kind (see lib/kinds.lua): a key that is
 --                           no lock, a reentrant lock's hash, or, while the lock's key is absent, a
 --                           FairLock's waiters or an Election. Nothing changed.
+
+-- A free name, the common case, is taken here before the script defines any function (see
+-- rlock_acquire.lua), when the hold has no budget: one EXISTS finds no lock, waiting priority writers,
+-- undone marks nor another kind's companion, and the grant is the code's below for a free lock (the read
+-- mode, the reader's first level with its key, the lock's time to live).
+local plain = tonumber(ARGV[1])
+if plain and redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]) == 0 then
+  redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
+  redis.call('set', ARGV[4] .. ':' .. ARGV[2] .. ':rwlock_timeout:1', 1, 'PX', plain)
+  redis.call('pexpire', KEYS[1], plain)
+  return {1, 1, 0, 0}
+end
+
 -- @include lib/clock.lua
 -- @include lib/readers.lua
 -- @include lib/hold.lua

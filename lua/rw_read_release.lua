@@ -21,6 +21,22 @@
 --         the owner's remaining read count otherwise (for a repeated request, or a sending of one found
 --         void, the current one);
 --         an error RELOCK_... when the key is no read-write lock's (see lib/kinds.lua): nothing changed.
+
+-- The common case, a lone reader's last read hold released by a first sending (no undo, no repeat), runs
+-- here before the script defines any function (see rlock_acquire.lua): the read mode, the reader's one
+-- level and nothing else in the lock (HLEN), no void mark of this request, and the level's key, whose
+-- deletion tells it was alive; the lock is then deleted and its release published, as the code below
+-- does. A level found dead changed nothing: the code below answers it.
+local request = ARGV[4]
+if ARGV[3] == '' and string.sub(request, 1, 1) ~= '?' and redis.pcall('hget', KEYS[1], 'mode') == 'read'
+    and redis.call('hget', KEYS[1], ARGV[1]) == '1' and redis.call('hlen', KEYS[1]) == 2
+    and (request == '' or redis.call('hexists', KEYS[5], ARGV[1] .. ' ' .. string.sub(request, 2)) == 0)
+    and redis.call('del', ARGV[6] .. ':' .. ARGV[1] .. ':rwlock_timeout:1') == 1 then
+  redis.call('del', KEYS[1], KEYS[3], KEYS[4])
+  redis.call(ARGV[5], KEYS[2], ARGV[2])
+  return 0
+end
+
 -- @include lib/release.lua
 -- @include lib/readers.lua
 -- @include lib/kinds.lua

@@ -27,6 +27,24 @@
 --         {-3, 0, 0}             when ARGV[1]'s budget had ended (see hold_ttl): nothing changed.
 --         an error RELOCK_...    when the name is in use by another kind (see rw_read_acquire.lua).
 --                                Nothing changed.
+
+-- A free name, the common case, is taken here before the script defines any function (see
+-- rlock_acquire.lua), when the hold has no budget: one EXISTS finds no lock, undone marks nor another kind's
+-- companion, and the grant is the code's below for a free lock (the write mode, the writer's first hold,
+-- first_hold in lib/hold.lua).
+local plain = tonumber(ARGV[1])
+if plain and redis.call('exists', KEYS[1], KEYS[3], KEYS[4], KEYS[5]) == 0 then
+  redis.call('hset', KEYS[1], 'mode', 'write')
+  redis.call('zrem', KEYS[2], ARGV[2])
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], plain)
+  local token = 0
+  if KEYS[6] then
+    token = redis.call('incr', KEYS[6])
+  end
+  return {1, 1, token, 0}
+end
+
 -- @include lib/clock.lua
 -- @include lib/readers.lua
 -- @include lib/hold.lua

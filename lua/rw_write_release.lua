@@ -18,6 +18,20 @@
 --         the owner's remaining write count otherwise (for a repeated request, or a sending of one found
 --         void, the current one);
 --         an error RELOCK_... when the key is no read-write lock's (see lib/kinds.lua): nothing changed.
+
+-- The common case, the writer's last write hold released by a first sending (no undo, no repeat) while it
+-- does not read, runs here before the script defines any function (see rlock_acquire.lua): the write mode,
+-- the writer's one level and nothing else in the lock (HLEN), no void mark of this request; the lock is
+-- then deleted and its release published, as the code below does.
+local request = ARGV[4]
+if ARGV[3] == '' and string.sub(request, 1, 1) ~= '?' and redis.pcall('hget', KEYS[1], 'mode') == 'write'
+    and redis.call('hget', KEYS[1], ARGV[1]) == '1' and redis.call('hlen', KEYS[1]) == 2
+    and (request == '' or redis.call('hexists', KEYS[5], ARGV[1] .. ' ' .. string.sub(request, 2)) == 0) then
+  redis.call('del', KEYS[1], KEYS[3], KEYS[4])
+  redis.call(ARGV[5], KEYS[2], ARGV[2])
+  return 0
+end
+
 -- @include lib/release.lua
 -- @include lib/readers.lua
 -- @include lib/kinds.lua
