@@ -54,6 +54,7 @@
 -- may find, makes them take the general code below), and the grant is first_hold's (lib/hold.lua), as the
 -- code below would make it.
 local plain = tonumber(ARGV[1])
+-- @common: the common case, which TestCommonCaseDoesWhatTheGeneralCodeDoes turns off
 if plain and redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8]) == 0 then
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], plain)

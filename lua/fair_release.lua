@@ -26,6 +26,7 @@
 -- release_hold's checks and steps (lib/kinds.lua, lib/release.lua) for that case alone; with no queue,
 -- wake_live_head (lib/queue.lua) has nobody to wake.
 local request = ARGV[4]
+-- @common: the common case, which TestCommonCaseDoesWhatTheGeneralCodeDoes turns off
 if ARGV[3] == '' and string.sub(request, 1, 1) ~= '?' and redis.pcall('hexists', KEYS[1], 'mode') == 0
     and redis.call('hget', KEYS[1], ARGV[1]) == '1' and redis.call('exists', KEYS[2]) == 0
     and (request == '' or redis.call('hexists', KEYS[8], ARGV[1] .. ' ' .. string.sub(request, 2)) == 0) then

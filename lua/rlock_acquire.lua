@@ -44,6 +44,7 @@ local free = redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]) =
 -- runs a script's whole text on every run, making a closure of each function it defines, which cost about
 -- as much as the rest of such a run (5 of 21 µs measured).
 local plain = tonumber(ARGV[1])
+-- @common: the common case, which TestCommonCaseDoesWhatTheGeneralCodeDoes turns off
 if free and plain then
   if ARGV[4] == '1' then
     redis.call('zrem', KEYS[6], ARGV[2])

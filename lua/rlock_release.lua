@@ -34,6 +34,7 @@
 -- (lib/waiters.lua) when nobody waits. With waiters, the release is done and announced below.
 local request = ARGV[4]
 local released = false
+-- @common: the common case, which TestCommonCaseDoesWhatTheGeneralCodeDoes turns off
 if ARGV[3] == '' and string.sub(request, 1, 1) ~= '?' and redis.pcall('hexists', KEYS[1], 'mode') == 0
     and redis.call('hget', KEYS[1], ARGV[1]) == '1'
     and (request == '' or redis.call('hexists', KEYS[7], ARGV[1] .. ' ' .. string.sub(request, 2)) == 0) then

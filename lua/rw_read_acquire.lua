@@ -36,6 +36,7 @@
 -- undone marks nor another kind's companion, and the grant is the code's below for a free lock (the read
 -- mode, the reader's first level with its key, the lock's time to live).
 local plain = tonumber(ARGV[1])
+-- @common: the common case, which TestCommonCaseDoesWhatTheGeneralCodeDoes turns off
 if plain and redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]) == 0 then
   redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
   redis.call('set', ARGV[4] .. ':' .. ARGV[2] .. ':rwlock_timeout:1', 1, 'PX', plain)

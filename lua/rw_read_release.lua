@@ -28,6 +28,7 @@
 -- deletion tells it was alive; the lock is then deleted and its release published, as the code below
 -- does. A level found dead changed nothing: the code below answers it.
 local request = ARGV[4]
+-- @common: the common case, which TestCommonCaseDoesWhatTheGeneralCodeDoes turns off
 if ARGV[3] == '' and string.sub(request, 1, 1) ~= '?' and redis.pcall('hget', KEYS[1], 'mode') == 'read'
     and redis.call('hget', KEYS[1], ARGV[1]) == '1' and redis.call('hlen', KEYS[1]) == 2
     and (request == '' or redis.call('hexists', KEYS[5], ARGV[1] .. ' ' .. string.sub(request, 2)) == 0)

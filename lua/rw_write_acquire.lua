@@ -33,6 +33,7 @@
 -- companion, and the grant is the code's below for a free lock (the write mode, the writer's first hold,
 -- first_hold in lib/hold.lua).
 local plain = tonumber(ARGV[1])
+-- @common: the common case, which TestCommonCaseDoesWhatTheGeneralCodeDoes turns off
 if plain and redis.call('exists', KEYS[1], KEYS[3], KEYS[4], KEYS[5]) == 0 then
   redis.call('hset', KEYS[1], 'mode', 'write')
   redis.call('zrem', KEYS[2], ARGV[2])

@@ -24,6 +24,7 @@
 -- the writer's one level and nothing else in the lock (HLEN), no void mark of this request; the lock is
 -- then deleted and its release published, as the code below does.
 local request = ARGV[4]
+-- @common: the common case, which TestCommonCaseDoesWhatTheGeneralCodeDoes turns off
 if ARGV[3] == '' and string.sub(request, 1, 1) ~= '?' and redis.pcall('hget', KEYS[1], 'mode') == 'write'
     and redis.call('hget', KEYS[1], ARGV[1]) == '1' and redis.call('hlen', KEYS[1]) == 2
     and (request == '' or redis.call('hexists', KEYS[5], ARGV[1] .. ' ' .. string.sub(request, 2)) == 0) then
