@@ -77,7 +77,7 @@ func TestCommonCaseDoesWhatTheGeneralCodeDoes(t *testing.T) {
 	general := map[*script]*script{}
 	for _, s := range []*script{scriptAcquire, scriptRelease, scriptFairAcquire, scriptFairRelease,
 		scriptRWWriteAcquire, scriptRWWriteRelease, scriptRWReadAcquire, scriptRWReadRelease} {
-		general[s] = generalOnly(t, strings.TrimSuffix(strings.TrimPrefix(s.name, "lua/"), ".lua"))
+		general[s] = generalOnly(t, s.name)
 	}
 	owner1, owner2 := c.id+":1", c.id+":2"
 	type op struct {
