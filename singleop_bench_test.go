@@ -38,8 +38,9 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// schedulings is how many times the runtime has made a goroutine run after it became runnable (the
-// count of /sched/latencies:seconds): goroutines woken by channels, timers, the network poller.
+// schedulings estimates how many times the runtime has made a goroutine run after it became runnable
+// (goroutines woken by channels, timers, the network poller): the runtime records one in 8 of them
+// (gTrackingPeriod) in /sched/latencies:seconds, so it is that histogram's count times 8.
 func schedulings() uint64 {
 	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
 	metrics.Read(s)
@@ -47,7 +48,7 @@ func schedulings() uint64 {
 	for _, c := range s[0].Value.Float64Histogram().Counts {
 		n += c
 	}
-	return n
+	return 8 * n
 }
 
 // scriptUsec is the time Redis has spent running scripts (EVAL and EVALSHA), in microseconds, and its
@@ -91,8 +92,11 @@ func scriptUsec(b *testing.B, rdb rueidis.Client) (scripts, cpu float64) {
 // goes through the connection's writer and reader goroutines, as on every Client that New makes ("new";
 // see NewContext for why it does). For each it reports the median pair's time, this process's CPU per pair
 // (getrusage: everything the pair makes the runtime do), Redis's main-thread CPU, the time Redis spent in
-// scripts, the allocations (MemStats.Mallocs) and the goroutine wake-ups (/sched/latencies) per pair; and
-// relock's ratios to the minimal pair on the same kind of client. "minimal-used" is the pair on a default
+// scripts, the allocations (MemStats.Mallocs) and the goroutine wake-ups (estimated: see schedulings) per
+// pair; and relock's ratios to the minimal pair on the same kind of client. "scripts-wrap" and
+// "scripts-new" are relock's own two scripts run raw through rueidis, with the keys and arguments relock
+// gives them, on the same two clients: relock against them is its client-side cost, they against the
+// minimal pair what its scripts cost more than the minimal pair's. "minimal-used" is the pair on a default
 // client on whose connections calls have once overlapped: rueidis pipelines through the same goroutines
 // from then on, as on New's client, so that it is what a default client costs in a service that calls
 // Redis from more than one goroutine. With "new-key", every pair is on a name
@@ -139,8 +143,10 @@ func singleOperation(b *testing.B, sameKey bool) {
 		name    string
 		minimal [2][]string      // the minimal pair's keys: acquire, release
 		locks   [2]*relock.RLock // same-key only: the lock objects, wrap's and new's
+		scripts [2]*rawLock      // relock's own scripts run raw, on wrap's client and on new's kind of client
 	}
 	targets := make([]target, block)
+	scriptsAcquire, scriptsRelease := rawScript(b, "rlock_acquire"), rawScript(b, "rlock_release")
 	prepare := func(round int) {
 		for k := range targets {
 			name := "bench:single"
@@ -150,7 +156,9 @@ func singleOperation(b *testing.B, sameKey bool) {
 				continue
 			}
 			targets[k] = target{name: name, locks: [2]*relock.RLock{wrapped.Lock(name), made.Lock(name)},
-				minimal: [2][]string{{name}, {name, "redisson_lock__channel:{" + name + "}"}}}
+				minimal: [2][]string{{name}, {name, "redisson_lock__channel:{" + name + "}"}},
+				scripts: [2]*rawLock{newRawLockWith(rdb, scriptsAcquire, scriptsRelease, name, "1"),
+					newRawLockWith(piped, scriptsAcquire, scriptsRelease, name, "1")}}
 		}
 	}
 	minimalAcquire, minimalRelease := minimalScript(b, "acquire"), minimalScript(b, "release")
@@ -189,6 +197,8 @@ func singleOperation(b *testing.B, sameKey bool) {
 		{name: "minimal-new", pair: minimal(piped)},
 		{name: "minimal-used", pair: minimal(used)},
 		{name: "relock-new", pair: lock(made, 1)},
+		{name: "scripts-wrap", pair: func(t *target) error { return t.scripts[0].lockUnlock(ctx) }},
+		{name: "scripts-new", pair: func(t *target) error { return t.scripts[1].lockUnlock(ctx) }},
 	}
 	for _, ct := range contenders {
 		ct.lat = make([]time.Duration, 0, 64*block)
@@ -241,6 +251,10 @@ func singleOperation(b *testing.B, sameKey bool) {
 		b.ReportMetric(r[0]/m[0], c+"-p50/minimal")
 		b.ReportMetric(r[1]/m[1], c+"-cpu/minimal")
 		b.ReportMetric(r[3]/m[3], c+"-script/minimal")
+		s := res["scripts-"+c]
+		b.ReportMetric(s[0]/m[0], c+"-scripts-p50/minimal")
+		b.ReportMetric(r[0]/s[0], c+"-p50/scripts")
+		b.ReportMetric(r[1]/s[1], c+"-cpu/scripts")
 	}
 	r, m := res["relock-new"], res["minimal-used"]
 	b.ReportMetric(r[0]/m[0], "new-p50/minimal-used")
