@@ -144,7 +144,7 @@ func (l *RLock) tryLock(ctx context.Context, op string, wait, lease time.Duratio
 	}
 	queued := false // it waited in the Client's gate: its first attempt is made while waiting
 	ao.queued = &queued
-	ok, err := l.c.acquire(ctx, ao, func(ctx context.Context) (bool, time.Duration, bool, error) {
+	ok, err := l.c.acquire(ctx, &ao, func(ctx context.Context) (bool, time.Duration, bool, error) {
 		if join && !call.join && (tried || queued) { // a lazy queue's owner joins as it begins to wait
 			q.joined(k)
 			call.join = true
@@ -222,11 +222,7 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 	}
 	switch reply[0] {
 	case 1:
-		if !l.c.holds.acquired(k, acquisition{
-			kind: l.kind, name: l.name, count: reply[1], lease: lease, ttl: ttl, budget: l.maxHold, sentAt: sentAt,
-			renew: l.spec.renewal(k.field), token: uint64(reply[2]), granted: reply[3], parent: parent, once: l.holdsOnce(),
-			traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,
-		}) {
+		if !l.granted(ctx, parent, k, lease, ttl, sentAt, reply) {
 			return false, 0, false, ErrClosed // Close began meanwhile: the hold is being given up
 		}
 		return true, 0, false, nil
@@ -246,6 +242,18 @@ func (l *RLock) attempt(ctx, parent context.Context, k holdKey, lease, ttl time.
 		}
 	}
 	return false, wait, reply[2] == 1, nil
+}
+
+// granted records the grant an attempt sent at sentAt got (reply: see acquireReply) in the hold table, and
+// reports false when Close had begun (the hold is then given up). Apart from attempt, so that the record
+// it builds is no part of attempt's frame while the script is sent: a goroutine's stack starts small, and
+// each time a call goes deeper than it has, the whole stack is copied to one twice its size.
+func (l *RLock) granted(ctx, parent context.Context, k holdKey, lease, ttl time.Duration, sentAt time.Time, reply [4]int64) bool {
+	return l.c.holds.acquired(k, &acquisition{
+		kind: l.kind, name: l.name, count: reply[1], lease: lease, ttl: ttl, budget: l.maxHold, sentAt: sentAt,
+		renew: l.spec.renewal(k.field), token: uint64(reply[2]), granted: reply[3], parent: parent, once: l.holdsOnce(),
+		traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,
+	})
 }
 
 // rollBack releases the hold level an acquisition just took (count is the hold count it reached) because

@@ -100,7 +100,7 @@ func (w *holdTable) readGone(k holdKey, h *hold) {
 	var out stepped
 	w.mu.Lock()
 	if w.holds[k] == h {
-		w.stepLocked(h, holdEvent{ev: evReadGone}, &out)
+		w.stepLocked(h, &holdEvent{ev: evReadGone}, &out)
 	}
 	w.mu.Unlock()
 	out.finish(w.c.tel)
@@ -120,7 +120,7 @@ func (w *holdTable) extended(k holdKey, code int64, sentAt time.Time, ttl time.D
 	}
 	var out stepped
 	w.mu.Lock()
-	h := w.stepLocked(w.holds[k], ev, &out)
+	h := w.stepLocked(w.holds[k], &ev, &out)
 	w.mu.Unlock()
 	out.finish(w.c.tel)
 	return h != nil && code == 1

@@ -27,7 +27,7 @@ func (t *handoffTarget) take(ctx context.Context, h handoff) (bool, error) {
 	l := t.lock
 	k := holdKey{key: l.name, field: t.field}
 	defer l.c.holds.endTurn(k)
-	if !l.c.holds.acquired(k, acquisition{
+	if !l.c.holds.acquired(k, &acquisition{
 		kind: l.kind, name: l.name, count: 1, lease: t.lease, ttl: t.ttl, budget: l.maxHold, sentAt: h.sentAt,
 		renew: l.spec.renewal(k.field), token: h.token, granted: h.granted, parent: t.parent, handoffs: h.handoffs,
 		traced: trace.SpanFromContext(ctx).IsRecording(), giver: l,

@@ -5,14 +5,14 @@ import "github.com/relock-go/relock/internal/invariant"
 // The hold machine's invariants (see holdstate.go), checked after every transition in test binaries.
 
 // illegalLocked reports an event that cannot happen in h's phase.
-func (w *holdTable) illegalLocked(h *hold, ev holdEvent) {
+func (w *holdTable) illegalLocked(h *hold, ev *holdEvent) {
 	if invariant.On() {
 		invariant.Failf("hold %q of %q: %s in phase %s", h.key.field, h.key.key, ev.ev, h.phase)
 	}
 }
 
 // checkHoldLocked asserts h's invariants after ev moved it from phase before.
-func (w *holdTable) checkHoldLocked(h *hold, before holdPhase, ev holdEvent) {
+func (w *holdTable) checkHoldLocked(h *hold, before holdPhase, ev *holdEvent) {
 	fail := func(what string) {
 		invariant.Failf("hold %q of %q after %s (%s -> %s; renewal %s, releases %d, count %d): %s",
 			h.key.field, h.key.key, ev.ev, before, h.phase, h.renewing, h.releases, h.count, what)

@@ -32,8 +32,11 @@ func (w *holdTable) beganLocked(h *hold, a *acquisition) {
 }
 
 // endLocked ends h: it leaves the table, the queue, its group and the watch, and what is to be reported of
-// it (its contexts, span and metrics) is returned, for once the table is unlocked.
-func (w *holdTable) endLocked(h *hold, cause error) ending {
+// it (its contexts, span and metrics) is added to out, for once the table is unlocked. (It adds the ending
+// itself rather than returning it: transitionLocked ends holds in a dozen places, each of which would
+// otherwise keep a copy of an ending in its frame, and a deep frame costs a fresh goroutine a copy of its
+// stack.)
+func (w *holdTable) endLocked(h *hold, cause error, out *stepped) {
 	h.phase = phaseEnded
 	h.cause = cause
 	if h.riskChanged != nil {
@@ -53,13 +56,13 @@ func (w *holdTable) endLocked(h *hold, cause error) ending {
 		heap.Remove(&w.queue, h.index)
 	}
 	if h.mode == entryMode {
-		return ending{} // not a hold: nothing to report
+		return // not a hold: nothing to report
 	}
 	e := ending{h: h, cause: cause, held: time.Since(h.acquiredAt)}
 	for _, d := range h.derived {
 		e.derived = append(e.derived, d.cancel)
 	}
-	return e
+	out.add(e)
 }
 
 // endGivingUpLocked ends h with cause and, unless the Client is closing (Close gives holds up itself),
@@ -73,7 +76,7 @@ func (w *holdTable) endLocked(h *hold, cause error) ending {
 // not answer (see prepare). A queue entry is no hold: its owner still waits, and its next attempt joins
 // again if the entry is gone.
 func (w *holdTable) endGivingUpLocked(h *hold, cause error, now time.Time, out *stepped) {
-	out.add(w.endLocked(h, cause))
+	w.endLocked(h, cause, out)
 	if w.closed || h.giver == nil || h.mode == entryMode {
 		return
 	}

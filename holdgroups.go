@@ -81,7 +81,7 @@ func (w *holdTable) takeFromGroup(g holdKey, n int) ([]holdKey, int) {
 	}
 	var out stepped // a release sent ends nothing
 	for _, k := range taken {
-		w.stepLocked(w.holds[k], holdEvent{ev: evReleaseSent, now: now}, &out)
+		w.stepLocked(w.holds[k], &holdEvent{ev: evReleaseSent, now: now}, &out)
 	}
 	return taken, n
 }
@@ -96,7 +96,7 @@ func (w *holdTable) regroup(ks []holdKey) {
 	var out stepped
 	w.mu.Lock()
 	for _, k := range ks {
-		w.stepLocked(w.holds[k], holdEvent{ev: evReleaseCancelled}, &out)
+		w.stepLocked(w.holds[k], &holdEvent{ev: evReleaseCancelled}, &out)
 	}
 	w.mu.Unlock()
 	out.finish(w.c.tel)

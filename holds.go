@@ -47,8 +47,8 @@ type acquisition struct {
 }
 
 // hold is what the Client knows of one owner's hold on one lock: a record of the machine of holdstate.go,
-// whose state (phase, renewing, releases, mode, count, expiry) only holdTable.stepLocked changes. Every
-// field is guarded by holdTable.mu.
+// whose state (phase, renewing, releases, mode, count, expiry) only holdTable.transitionLocked changes.
+// Every field is guarded by holdTable.mu.
 type hold struct {
 	key        holdKey
 	kind       lockKind
@@ -146,7 +146,7 @@ func newHoldTable(c *Client, timeout time.Duration) *holdTable {
 }
 
 // step applies ev to the record of k, and reports what ended once the table is unlocked.
-func (w *holdTable) step(k holdKey, ev holdEvent) {
+func (w *holdTable) step(k holdKey, ev *holdEvent) {
 	var out stepped
 	w.mu.Lock()
 	w.stepLocked(w.holds[k], ev, &out)
@@ -156,7 +156,7 @@ func (w *holdTable) step(k holdKey, ev holdEvent) {
 
 // acquired records a successful acquisition, first or reentrant, and schedules what the hold needs. Once
 // Close has begun it records nothing: it gives the hold up in the background, and reports false.
-func (w *holdTable) acquired(k holdKey, a acquisition) bool {
+func (w *holdTable) acquired(k holdKey, a *acquisition) bool {
 	a.key = k
 	w.mu.Lock()
 	if w.closed {
@@ -168,7 +168,7 @@ func (w *holdTable) acquired(k holdKey, a acquisition) bool {
 		return false
 	}
 	var out stepped
-	w.stepLocked(w.holds[k], holdEvent{ev: evAcquired, a: a}, &out)
+	w.transitionLocked(w.holds[k], &holdEvent{ev: evAcquired}, a, &out)
 	w.mu.Unlock()
 	out.finish(w.c.tel)
 	return true
@@ -177,25 +177,25 @@ func (w *holdTable) acquired(k holdKey, a acquisition) bool {
 // releasing records that the owner is sending a release of k. Its outcome is then recorded by released,
 // notHeld or releaseUnanswered, exactly one of them. (Releases through a hold group count themselves:
 // see takeFromGroup, takeOne.)
-func (w *holdTable) releasing(k holdKey) { w.step(k, holdEvent{ev: evReleaseSent}) }
+func (w *holdTable) releasing(k holdKey) { w.step(k, &holdEvent{ev: evReleaseSent}) }
 
 // released records the hold count Redis returned for a release (0 for a release whose outcome is left to
 // the background); at zero the hold ends, released.
 func (w *holdTable) released(k holdKey, left int64) {
-	w.step(k, holdEvent{ev: evReleased, n: left})
+	w.step(k, &holdEvent{ev: evReleased, n: left})
 }
 
 // notHeld records that Redis says the owner does not hold the lock, in reply to a release: a hold this
 // Client believed in was lost without the watchdog noticing yet, unless another release of it by its owner
 // is under way, which may be what removed it: then that one's outcome decides.
-func (w *holdTable) notHeld(k holdKey) { w.step(k, holdEvent{ev: evReleaseNotHeld}) }
+func (w *holdTable) notHeld(k holdKey) { w.step(k, &holdEvent{ev: evReleaseNotHeld}) }
 
 // releaseUnanswered records that a release of k by its owner got no reply that tells the hold's fate: it
 // did not run, or its outcome is being learnt in the background.
-func (w *holdTable) releaseUnanswered(k holdKey) { w.step(k, holdEvent{ev: evReleaseUnanswered}) }
+func (w *holdTable) releaseUnanswered(k holdKey) { w.step(k, &holdEvent{ev: evReleaseUnanswered}) }
 
 // entryLeft records that the wait queue entry k is gone: its owner's acquisition removed it.
-func (w *holdTable) entryLeft(k holdKey) { w.step(k, holdEvent{ev: evEntryLeft}) }
+func (w *holdTable) entryLeft(k holdKey) { w.step(k, &holdEvent{ev: evEntryLeft}) }
 
 // watchedHolds returns the holds of keys that the table has and that are held, each with its hold (see
 // holdWatch). A read of a key that is gone puts it in Redis's tracking table all the same, where it stays
@@ -222,7 +222,7 @@ func (w *holdTable) checkNow(h *hold) {
 	var out stepped
 	w.mu.Lock()
 	if w.holds[h.key] == h {
-		w.stepLocked(h, holdEvent{ev: evWatchGone}, &out)
+		w.stepLocked(h, &holdEvent{ev: evWatchGone}, &out)
 	}
 	w.mu.Unlock()
 	out.finish(w.c.tel)
@@ -321,7 +321,6 @@ func (w *holdTable) heldByKind() (n [numKinds]int64) {
 // holdEvent is one event of a hold, with what it carries.
 type holdEvent struct {
 	ev     holdEv
-	a      acquisition   // evAcquired
 	n      int64         // evReleased: the count left; evSettled: the count (< 0: unknown); evRenewOtherKind: the code
 	sentAt time.Time     // evRenewed, evRenewUnanswered, evExtended: when the renewal was sent
 	ttl    time.Duration // evRenewed, evExtended: the time to live it gave (0: the watchdog timeout)

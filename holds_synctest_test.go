@@ -125,7 +125,7 @@ func closeFake(c *Client) {
 // a reentry (the count Redis would answer: one more than the owner has).
 func acquireFake(c *Client, name, owner string, lease time.Duration) holdKey {
 	k := holdKey{key: name, field: c.id + ":" + owner}
-	c.holds.acquired(k, acquisition{kind: kindRLock, name: name, count: c.holds.count(k) + 1, lease: lease, sentAt: time.Now(),
+	c.holds.acquired(k, &acquisition{kind: kindRLock, name: name, count: c.holds.count(k) + 1, lease: lease, sentAt: time.Now(),
 		renew: renewal{script: scriptRenew, keys: []string{name}, args: []string{k.field}}, parent: context.Background()})
 	return k
 }
@@ -405,7 +405,7 @@ func TestPrepareHearsASettlingWhoseRecordWasDropped(t *testing.T) {
 		settling, got := prepareDuringSettling(c, k)
 		c.holds.mu.Lock()
 		var out stepped
-		c.holds.stepLocked(c.holds.holds[k], holdEvent{ev: evShut, cause: errRenewTimeout}, &out) // the table drops the record
+		c.holds.stepLocked(c.holds.holds[k], &holdEvent{ev: evShut, cause: errRenewTimeout}, &out) // the table drops the record
 		c.holds.mu.Unlock()
 		out.finish(c.tel)
 		settling.failing(errConnReset)

@@ -10,7 +10,8 @@ import (
 	"github.com/relock-go/relock/internal/invariant"
 )
 
-// The life of a hold, as its Client knows it: one machine, whose state only stepLocked changes.
+// The life of a hold, as its Client knows it: one machine, whose state only transitionLocked (and
+// stepLocked, which calls it for every event but an acquisition) changes.
 //
 // A hold record is one owner's hold of one lock (or one permit), or a wait queue entry that the watchdog
 // keeps alive (entryMode: refreshed like a hold, without contexts, spans or metrics). Its phase:
@@ -149,10 +150,23 @@ func (e holdEv) String() string {
 		"writeEnded", "readGone"}[e]
 }
 
-// stepLocked applies ev to h, the record of its key (nil: none; then only evAcquired does anything),
-// and returns the key's live record afterwards, or nil. It is the only code that changes a hold's phase,
-// renewal phase, releases, count, expiry or mode.
-func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
+// stepLocked applies ev, any event but evAcquired (see transitionLocked), to h, the record of its key
+// (nil: none), and returns the key's live record afterwards, or nil.
+func (w *holdTable) stepLocked(h *hold, ev *holdEvent, out *stepped) *hold {
+	return w.transitionLocked(h, ev, nil, out)
+}
+
+// transitionLocked applies ev to h, the record of its key (nil: none; then only evAcquired does
+// anything), and returns the key's live record afterwards, or nil. It is the only code that changes a
+// hold's phase, renewal phase, releases, count, expiry or mode. a is evAcquired's acquisition, nil for
+// every other event. (It is no field of ev: that would make every event as large as an acquisition, in
+// the frame of each caller, and a deep stack costs a fresh goroutine a copy of its stack each time it
+// outgrows it. Nor does ev point to it: escape analysis sees an event's fields as one, and would move
+// each acquisition to the heap.)
+func (w *holdTable) transitionLocked(h *hold, ev *holdEvent, a *acquisition, out *stepped) *hold {
+	if (ev.ev == evAcquired) != (a != nil) && invariant.On() {
+		invariant.Failf("hold event %s with acquisition %v", ev.ev, a != nil)
+	}
 	if ev.now.IsZero() {
 		ev.now = time.Now()
 	}
@@ -168,7 +182,7 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 	}
 	switch ev.ev {
 	case evAcquired:
-		h = w.acquiredLocked(h, ev, out)
+		h = w.acquiredLocked(h, ev, a, out)
 
 	case evReleaseSent:
 		h.releases++
@@ -185,7 +199,7 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 		h.releases--
 		switch {
 		case ev.ev == evReleased && ev.n <= 0:
-			out.add(w.endLocked(h, context.Canceled)) // whatever else said it was gone, its owner's release ended it
+			w.endLocked(h, context.Canceled, out) // whatever else said it was gone, its owner's release ended it
 		case ev.ev == evReleased:
 			h.count = ev.n
 			w.releasesOverLocked(h, ev.now) // Redis still has it: a doubt is over
@@ -193,7 +207,7 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 			h.phase = phaseDoubted // another release of its owner may be what removed it
 			w.parkLocked(h)
 		case ev.ev == evReleaseNotHeld, h.phase == phaseDoubted && h.releases == 0:
-			out.add(w.endLocked(h, errHoldGone)) // none of its owner's releases removed it: lost
+			w.endLocked(h, errHoldGone, out) // none of its owner's releases removed it: lost
 		case h.releases == 0:
 			h.phase = phaseHeld
 			if ev.ev == evReleaseCancelled {
@@ -204,11 +218,11 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 	case evUnlockedInBackground:
 		// Its owner gave a level up, whenever Redis hears of it: its last one ends the hold now.
 		if h.count--; h.count <= 0 {
-			out.add(w.endLocked(h, context.Canceled))
+			w.endLocked(h, context.Canceled, out)
 		}
 
 	case evEntryLeft:
-		out.add(w.endLocked(h, context.Canceled))
+		w.endLocked(h, context.Canceled, out)
 
 	case evDue:
 		switch {
@@ -217,7 +231,7 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 			// or renewal gave it a time to live past this point.
 			w.endGivingUpLocked(h, ErrMaxHoldReached, ev.now, out)
 		case !h.expiresAt.After(ev.now) && !h.renewed():
-			out.add(w.endLocked(h, errLeaseExpired))
+			w.endLocked(h, errLeaseExpired, out)
 		case !h.expiresAt.After(ev.now):
 			// Past its expiry: it could not be renewed in time (this process was stopped, or starved of
 			// CPU, or Redis did not answer). Redis has dropped it, and the holder must hear so at once, not
@@ -246,11 +260,11 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 		}
 		switch {
 		case !h.renewed() && !ev.now.Before(h.expiresAt):
-			out.add(w.endLocked(h, errLeaseExpired)) // its lease ran out meanwhile: no loss
+			w.endLocked(h, errLeaseExpired, out) // its lease ran out meanwhile: no loss
 		case ev.ev == evRenewOtherKind:
-			out.add(w.endLocked(h, lostToKind(h.kind, ev.n)))
+			w.endLocked(h, lostToKind(h.kind, ev.n), out)
 		case h.phase == phaseHeld:
-			out.add(w.endLocked(h, errHoldGone))
+			w.endLocked(h, errHoldGone, out)
 		default:
 			// Its owner is releasing it: that release may be what removed it. Its outcome decides whether
 			// this was a loss; until then the hold is not renewed.
@@ -262,7 +276,7 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 		h.renewing = renewQueued
 		switch {
 		case !h.renewed() && !ev.now.Before(h.expiresAt):
-			out.add(w.endLocked(h, errLeaseExpired))
+			w.endLocked(h, errLeaseExpired, out)
 		case w.closed || !ev.now.Before(h.expiresAt):
 			w.endGivingUpLocked(h, renewTimeout(ev.cause), ev.now, out)
 		default:
@@ -308,11 +322,11 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 			h.count = ev.n
 		}
 		if h.count <= 0 {
-			out.add(w.endLocked(h, context.Canceled))
+			w.endLocked(h, context.Canceled, out)
 		}
 
 	case evShut:
-		out.add(w.endLocked(h, ev.cause))
+		w.endLocked(h, ev.cause, out)
 
 	case evWriteEnded:
 		switch {
@@ -320,7 +334,7 @@ func (w *holdTable) stepLocked(h *hold, ev holdEvent, out *stepped) *hold {
 		case givenUp(ev.cause):
 			w.endGivingUpLocked(h, writeHoldEnded(ev.cause), ev.now, out)
 		default:
-			out.add(w.endLocked(h, writeHoldEnded(ev.cause)))
+			w.endLocked(h, writeHoldEnded(ev.cause), out)
 		}
 	}
 	if before == phaseReleasing || before == phaseDoubted {
@@ -350,7 +364,7 @@ func (w *holdTable) writeEndedLocked(h *hold, now time.Time, out *stepped) {
 		return
 	}
 	if r := w.holds[holdKey{h.key.key, strings.TrimSuffix(h.key.field, writerSuffix)}]; r != nil && r.kind == kindRead {
-		w.stepLocked(r, holdEvent{ev: evWriteEnded, cause: h.cause, now: now}, out)
+		w.stepLocked(r, &holdEvent{ev: evWriteEnded, cause: h.cause, now: now}, out)
 		if invariant.On() && r.phase == phaseHeld {
 			invariant.Failf("read hold %q of %q is still held after its owner's write hold ended (%v)", r.key.field, r.key.key, h.cause)
 		}
@@ -363,12 +377,11 @@ func givenUp(cause error) bool {
 }
 
 // acquiredLocked is evAcquired: a new record for a first hold, or h updated by a reentry.
-func (w *holdTable) acquiredLocked(h *hold, ev holdEvent, out *stepped) *hold {
-	a := &ev.a
+func (w *holdTable) acquiredLocked(h *hold, ev *holdEvent, a *acquisition, out *stepped) *hold {
 	if h != nil && h.mode != entryMode && a.first(h) {
 		// A first hold for a hold believed held: Redis had lost the old one (no release of it by its owner
 		// was under way: an owner's operations on a lock take turns). It ends as lost; this is a new hold.
-		out.add(w.endLocked(h, errRetaken))
+		w.endLocked(h, errRetaken, out)
 		h = nil
 	}
 	if h == nil {

@@ -91,7 +91,7 @@ var holdModelSteps = []modelStep{
 		if h.renewing == renewQueued {
 			heap.Remove(&w.queue, h.index) // as tick's pop does
 			var out stepped
-			w.stepLocked(h, holdEvent{ev: evDue}, &out)
+			w.stepLocked(h, &holdEvent{ev: evDue}, &out)
 		}
 		w.mu.Unlock()
 		m.renewing = true
@@ -148,13 +148,13 @@ var holdModelSteps = []modelStep{
 func stepKey(w *holdTable, k holdKey, ev holdEvent) {
 	var out stepped
 	w.mu.Lock()
-	w.stepLocked(w.holds[k], ev, &out)
+	w.stepLocked(w.holds[k], &ev, &out)
 	w.mu.Unlock()
 	out.finish(w.c.tel)
 }
 
-func modelAcquisition(k holdKey, count int64) acquisition {
-	return acquisition{kind: kindRLock, name: k.key, count: count, sentAt: time.Now(), parent: context.Background(),
+func modelAcquisition(k holdKey, count int64) *acquisition {
+	return &acquisition{kind: kindRLock, name: k.key, count: count, sentAt: time.Now(), parent: context.Background(),
 		renew: renewal{script: scriptRenew, keys: []string{k.key}, field: k.field}}
 }
 

@@ -112,7 +112,7 @@ func (l *CountDownLatch) await(ctx context.Context, op string, wait time.Duratio
 	if err := l.check(ctx); err != nil {
 		return false, wrapErrCtx(ctx, op, l.Name(), err)
 	}
-	open, err := l.c.acquire(ctx, acquireOp{kind: kindLatch, name: l.name, channel: l.channel, wakes: latchWakes, wait: wait},
+	open, err := l.c.acquire(ctx, &acquireOp{kind: kindLatch, name: l.name, channel: l.channel, wakes: latchWakes, wait: wait},
 		func(ctx context.Context) (bool, time.Duration, bool, error) {
 			n, err := l.value(ctx)
 			return err == nil && n <= 0, -1, false, err

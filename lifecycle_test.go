@@ -15,8 +15,8 @@ import (
 func TestLifecycleStateChangesInOnePlace(t *testing.T) {
 	// The places allowed to change state: a file, and the functions of it (nil: any).
 	allowed := map[string][]string{
-		"holdstate.go": nil,                     // the hold machine: stepLocked and its helpers
-		"holdend.go":   {"endLocked"},           // the end of a hold, called by stepLocked only
+		"holdstate.go": nil,                     // the hold machine: transitionLocked and its helpers
+		"holdend.go":   {"endLocked"},           // the end of a hold, called by transitionLocked only
 		"gatestate.go": {"stepLocked"},          // the gate waiter machine
 		"gate.go":      {"forgetIfEmptyLocked"}, // a pooled gate keeps its first waiter's final phase
 	}

@@ -169,7 +169,7 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 	}
 	var permit *Permit
 	parent := ctx
-	_, err = s.c.acquire(ctx, acquireOp{kind: kindSemaphore, name: s.name, channel: s.channel, wakes: semaphoreWakes, wait: wait},
+	_, err = s.c.acquire(ctx, &acquireOp{kind: kindSemaphore, name: s.name, channel: s.channel, wakes: semaphoreWakes, wait: wait},
 		func(ctx context.Context) (bool, time.Duration, bool, error) {
 			var raw [16]byte
 			_, _ = rand.Read(raw[:])
@@ -185,7 +185,7 @@ func (s *PermitSemaphore) tryAcquire(ctx context.Context, op string, wait, lease
 			if reply[0] != 1 {
 				return false, durationMillis(reply[1]), false, nil // -1: wait for a release
 			}
-			if !s.c.holds.acquired(holdKey{key: s.timeouts, field: id}, acquisition{kind: kindSemaphore, name: s.name, count: 1,
+			if !s.c.holds.acquired(holdKey{key: s.timeouts, field: id}, &acquisition{kind: kindSemaphore, name: s.name, count: 1,
 				lease: lease, sentAt: sentAt, parent: parent, group: holdKey{key: s.timeouts, field: owner},
 				traced: trace.SpanFromContext(ctx).IsRecording(), giver: s,
 				renew: renewal{script: scriptPermitRenew, keys: s.permitKeys[1:2], field: id}}) {

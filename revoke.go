@@ -354,7 +354,7 @@ func (l *RLock) takeOver(ctx context.Context, op, expected string) error {
 	default:
 		return l.fail(ctx, op, ErrNotHeard) // a hold that did not hear the request holds the lock
 	}
-	if !l.c.holds.acquired(k, acquisition{kind: l.kind, name: l.name, count: 1, ttl: ttl, budget: l.maxHold,
+	if !l.c.holds.acquired(k, &acquisition{kind: l.kind, name: l.name, count: 1, ttl: ttl, budget: l.maxHold,
 		sentAt: sentAt, renew: l.spec.renewal(field), token: uint64(reply[2]), granted: reply[3], parent: ctx, giver: l}) {
 		return l.fail(ctx, op, ErrClosed)
 	}

@@ -2,6 +2,7 @@ package relock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -180,6 +181,63 @@ func parallelDistinctKeys(b *testing.B, workers int, op func(worker int) error) 
 		}()
 	}
 	wg.Wait()
+}
+
+// BenchmarkFreshGoroutine is an uncontended Lock+Unlock, and relock's two scripts run raw, each call
+// made on a goroutine of its own, as a server that runs each request on a new goroutine makes them (and
+// bench/, which bounds every call that way), against the same on the calling goroutine: interleaved
+// blocks of 200 pairs, on one rueidis client. A new goroutine's stack starts small, and is copied to one
+// twice its size each time a call goes deeper than it has room for: relock's frames above rueidis's are
+// that cost. It reports each one's median pair and relock's ratio to the raw scripts, on fresh goroutines
+// and on the calling one.
+func BenchmarkFreshGoroutine(b *testing.B) {
+	rdb, c := benchClient(b)
+	ctx := relock.WithOwner(context.Background(), "fresh") // the Unlock is not made on the Lock's goroutine
+	l := c.Lock("bench:fresh")
+	raw := newRawLock(b, rdb, "bench:fresh", "1")
+	fresh := func(f func() error) error {
+		errc := make(chan error, 1)
+		go func() { errc <- f() }()
+		return <-errc
+	}
+	lock := func() error { return l.Lock(ctx) }
+	unlock := func() error { return l.Unlock(ctx) }
+	rawAcquire := func() error {
+		return raw.acquire.Exec(ctx, raw.rdb, raw.acqKeys, raw.acqArgs).Error()
+	}
+	rawRelease := func() error {
+		return raw.release.Exec(ctx, raw.rdb, raw.relKeys, raw.relArgs).Error()
+	}
+	pairs := []struct {
+		name string
+		pair func() error
+		lat  []time.Duration
+	}{
+		{name: "relock", pair: func() error { return errors.Join(lock(), unlock()) }},
+		{name: "raw", pair: func() error { return errors.Join(rawAcquire(), rawRelease()) }},
+		{name: "relock-fresh", pair: func() error { return errors.Join(fresh(lock), fresh(unlock)) }},
+		{name: "raw-fresh", pair: func() error { return errors.Join(fresh(rawAcquire), fresh(rawRelease)) }},
+	}
+	for b.Loop() {
+		for i := range pairs {
+			p := &pairs[i]
+			for range 200 {
+				t := time.Now()
+				if err := p.pair(); err != nil {
+					b.Fatal(p.name, err)
+				}
+				p.lat = append(p.lat, time.Since(t))
+			}
+		}
+	}
+	p50 := map[string]float64{}
+	for _, p := range pairs {
+		slices.Sort(p.lat)
+		p50[p.name] = float64(p.lat[len(p.lat)/2].Nanoseconds()) / 1e3
+		b.ReportMetric(p50[p.name], p.name+"-p50-µs")
+	}
+	b.ReportMetric(p50["relock"]/p50["raw"], "relock/raw")
+	b.ReportMetric(p50["relock-fresh"]/p50["raw-fresh"], "fresh-relock/raw")
 }
 
 // BenchmarkLockUnlockParallel32 is Lock+Unlock by 32 goroutines on 32 keys; rueidis pipelines their

@@ -116,13 +116,6 @@ type command struct {
 	cmd    rueidis.Completed
 }
 
-func (k command) send(ctx context.Context, rdb rueidis.Client) rueidis.RedisResult {
-	if k.script != nil {
-		return k.script.lua.Exec(ctx, rdb, k.keys, k.args)
-	}
-	return rdb.Do(ctx, k.cmd)
-}
-
 // exec is the one path every call to Redis takes, and what bounds it:
 //
 //   - ctx: a call returns when ctx ends (see callGuard for the waits rueidis does not bound by it).
@@ -138,20 +131,36 @@ func (k command) send(ctx context.Context, rdb rueidis.Client) rueidis.RedisResu
 //
 // Its failures are classified here (see classify): a failure to reach Redis or to get its answer matches
 // ErrUnavailable, and one caused by another call's context is told apart from the caller's own.
+//
+// The common case, a call the guard lets through, goes straight to send: exec, send and rueidis's own
+// calls are all on the stack while the call waits, and a fresh goroutine's stack is copied to one twice
+// its size each time a call goes deeper than it has room for.
 func (c *Client) exec(ctx context.Context, k command) rueidis.RedisResult {
 	if c.borrowed && k.script == nil {
-		if bctx, stop, ok := boundRead(ctx); ok {
-			defer stop()
-			r := c.execGuarded(bctx, k)
-			if ctx.Err() == nil && errors.Is(context.Cause(bctx), errReadBound) {
-				return rueidis.NewErrorResult(unavailable(errReadBound))
-			}
-			return r
-		}
+		return c.execBoundedRead(ctx, k)
 	}
-	return c.execGuarded(ctx, k)
+	if c.guard.needed(ctx) {
+		return c.execGuarded(ctx, k)
+	}
+	return c.send(ctx, k)
 }
 
+// execBoundedRead is exec of a plain command (a read) on a client given to Wrap: bounded by
+// wrappedReadBound when ctx allows longer.
+func (c *Client) execBoundedRead(ctx context.Context, k command) rueidis.RedisResult {
+	bctx, stop, ok := boundRead(ctx)
+	if !ok {
+		return c.execGuarded(ctx, k)
+	}
+	defer stop()
+	r := c.execGuarded(bctx, k)
+	if ctx.Err() == nil && errors.Is(context.Cause(bctx), errReadBound) {
+		return rueidis.NewErrorResult(unavailable(errReadBound))
+	}
+	return r
+}
+
+// execGuarded is exec of a call through the guard: it returns at ctx's end whatever rueidis does.
 func (c *Client) execGuarded(ctx context.Context, k command) rueidis.RedisResult {
 	if !c.guard.needed(ctx) {
 		return c.send(ctx, k)
@@ -167,14 +176,18 @@ func (c *Client) execGuarded(ctx context.Context, k command) rueidis.RedisResult
 // never sent, and its own context allows more. One caller's context then costs the others nothing but the
 // wait, also when many calls that end at once share the dials.
 func (c *Client) send(ctx context.Context, k command) rueidis.RedisResult {
-	r := c.classify(ctx, k.send(ctx, c.rdb))
-	for range notConnectedTries - 1 {
-		if !errors.Is(r.NonRedisError(), errNotConnected) || ctx.Err() != nil {
-			break
+	for try := 1; ; try++ {
+		var r rueidis.RedisResult
+		if k.script != nil {
+			r = k.script.lua.Exec(ctx, c.rdb, k.keys, k.args)
+		} else {
+			r = c.rdb.Do(ctx, k.cmd)
 		}
-		r = c.classify(ctx, k.send(ctx, c.rdb))
+		r = c.classify(ctx, r)
+		if try == notConnectedTries || !errors.Is(r.NonRedisError(), errNotConnected) || ctx.Err() != nil {
+			return r
+		}
 	}
-	return r
 }
 
 // notConnectedTries is how many times a call is sent while the connection it waits for is dialled under

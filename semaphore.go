@@ -94,7 +94,7 @@ func (s *Semaphore) tryAcquire(ctx context.Context, op string, permits int, wait
 		return false, wrapErrCtx(ctx, op, s.Name(), ErrInvalidPermits)
 	}
 	call := scriptCall{script: scriptSemaphoreAcquire, keys: s.counterKeys, args: []string{strconv.Itoa(permits)}}
-	ok, err := s.c.acquire(ctx, acquireOp{kind: kindSemaphore, name: s.name, channel: s.channel, wakes: semaphoreWakes, weight: permits, wait: wait},
+	ok, err := s.c.acquire(ctx, &acquireOp{kind: kindSemaphore, name: s.name, channel: s.channel, wakes: semaphoreWakes, weight: permits, wait: wait},
 		func(ctx context.Context) (bool, time.Duration, bool, error) {
 			got, err := s.take(ctx, call, int64(permits))
 			return got == 1, -1, false, err // nothing expires: wait for an announcement

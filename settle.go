@@ -96,7 +96,7 @@ func (s *settling) done(count int64) {
 	running := slices.DeleteFunc(w.settlings[s.key], func(x *settling) bool { return x == s })
 	if len(running) == 0 {
 		delete(w.settlings, s.key)
-		w.stepLocked(w.holds[s.key], holdEvent{ev: evSettled, n: count}, &out)
+		w.stepLocked(w.holds[s.key], &holdEvent{ev: evSettled, n: count}, &out)
 	} else {
 		w.settlings[s.key] = running
 	}
@@ -306,7 +306,7 @@ func (w *holdTable) unlocking(k holdKey) (after <-chan struct{}, deadline time.T
 	}
 	if h := w.holds[k]; h != nil {
 		deadline = h.expiresAt
-		w.stepLocked(h, holdEvent{ev: evUnlockedInBackground}, &out)
+		w.stepLocked(h, &holdEvent{ev: evUnlockedInBackground}, &out)
 	}
 	s = w.beginSettlingLocked(k)
 	w.mu.Unlock()

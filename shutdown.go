@@ -232,7 +232,7 @@ func (w *holdTable) shut(abandon bool) []relinquishment {
 			}
 			gives = append(gives, relinquishment{k: k, giver: h.giver, settling: after, deadline: h.expiresAt})
 		}
-		w.stepLocked(h, holdEvent{ev: evShut, cause: cause}, &out)
+		w.stepLocked(h, &holdEvent{ev: evShut, cause: cause}, &out)
 	}
 	w.mu.Unlock()
 	out.finish(w.c.tel)

@@ -47,7 +47,7 @@ type acquireOp struct {
 
 // acquire runs op in the shared wait loop, inside a "relock.acquire" span, and records its outcome. Close
 // waits for it (see Client.begin); once Close has begun, it fails with ErrClosed.
-func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, error) {
+func (c *Client) acquire(ctx context.Context, op *acquireOp, try attempt) (bool, error) {
 	if !c.begin() {
 		return false, ErrClosed
 	}
@@ -81,7 +81,7 @@ func (c *Client) acquire(ctx context.Context, op acquireOp, try attempt) (bool, 
 // of op's wait, or ctx, and try again.
 // A wait < 0 lasts as long as ctx allows; 0 makes one attempt. The hub is told which notifications an
 // answered attempt looked at: the others go to other waiters when this one leaves.
-func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) (bool, error) {
+func (c *Client) acquireWaiting(ctx context.Context, op *acquireOp, try attempt) (bool, error) {
 	var deadline time.Time
 	if op.wait > 0 {
 		deadline = time.Now().Add(op.wait)
@@ -105,9 +105,6 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 			defer c.gates.exit(e)
 		}
 	}
-	// A named waiter hears the channel only while its lock's holder may not wake it by name: on a single
-	// server, where a release knows whether its Client heard the name (lua/lib/waiters.lua).
-	hears := func(named bool) bool { return op.named == "" || c.cluster || !named }
 	named := true
 	firstTTL := time.Duration(-1) // the first attempt's holderTTL
 	if !waited {
@@ -130,6 +127,20 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 	} else if op.queued != nil {
 		*op.queued = true
 	}
+	return c.wait(ctx, op, try, e, waited, named, firstTTL, deadline)
+}
+
+// wait is acquireWaiting once the lock was found taken, or the acquisition waited in its gate (waited):
+// it listens for the lock's releases, and tries again on each, until it gets the lock, its wait ends
+// (deadline, when not zero), or ctx does. e is its place in its gate as its head, if it has one; named
+// and firstTTL are what the first attempt told (see attempt). Apart from acquireWaiting, so that what it
+// needs is no part of the frames on the stack while the first attempt, the common case, is sent: a fresh
+// goroutine's stack is copied to one twice its size each time a call goes deeper than it has room for.
+func (c *Client) wait(ctx context.Context, op *acquireOp, try attempt, e *gateWaiter, waited, named bool,
+	firstTTL time.Duration, deadline time.Time) (bool, error) {
+	// A named waiter hears the channel only while its lock's holder may not wake it by name: on a single
+	// server, where a release knows whether its Client heard the name (lua/lib/waiters.lua).
+	hears := func(named bool) bool { return op.named == "" || c.cluster || !named }
 	var w *waiter
 	var err error
 	if e != nil && e.hub != nil { // the place of the head before it (see gates.exit)
@@ -277,7 +288,7 @@ func (c *Client) acquireWaiting(ctx context.Context, op acquireOp, try attempt) 
 
 // joinRidingOut joins the hub for op again, after a join failed with err, as long as the failures are
 // transient and for up to transientGrace, backing off between tries, as a waiter's attempts do.
-func (c *Client) joinRidingOut(ctx context.Context, op acquireOp, hears bool, err error) (*waiter, error) {
+func (c *Client) joinRidingOut(ctx context.Context, op *acquireOp, hears bool, err error) (*waiter, error) {
 	var retry backoff
 	since := time.Now()
 	for transient(err) && ctx.Err() == nil && time.Since(since) <= transientGrace {

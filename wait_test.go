@@ -56,7 +56,7 @@ type waited struct {
 func waitAsync(ctx context.Context, c *Client, wait time.Duration, l *scriptedLock) <-chan waited {
 	res := make(chan waited, 1)
 	go func() {
-		ok, err := c.acquireWaiting(ctx, acquireOp{channel: "a", wait: wait}, l.try)
+		ok, err := c.acquireWaiting(ctx, &acquireOp{channel: "a", wait: wait}, l.try)
 		res <- waited{ok, err, time.Since(l.start)}
 	}()
 	return res
@@ -339,7 +339,7 @@ func waitOn(ctx context.Context, c *Client, s *fakeSync, wakes wakePolicy, weigh
 	})
 	res := make(chan waited, 1)
 	go func() {
-		ok, err := c.acquireWaiting(ctx, acquireOp{channel: "a", wakes: wakes, weight: weight, wait: wait}, l.try)
+		ok, err := c.acquireWaiting(ctx, &acquireOp{channel: "a", wakes: wakes, weight: weight, wait: wait}, l.try)
 		res <- waited{ok, err, time.Since(start)}
 	}()
 	return res
@@ -475,7 +475,7 @@ func (l *takenLock) count() int {
 func waitAsyncTaken(ctx context.Context, c *Client, l *scriptedLock, tk *takenLock) <-chan waited {
 	res := make(chan waited, 1)
 	go func() {
-		ok, err := c.acquireWaiting(ctx, acquireOp{channel: "a", wait: -1, taken: tk.taken}, l.try)
+		ok, err := c.acquireWaiting(ctx, &acquireOp{channel: "a", wait: -1, taken: tk.taken}, l.try)
 		res <- waited{ok, err, time.Since(l.start)}
 	}()
 	return res

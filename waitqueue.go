@@ -52,7 +52,7 @@ func (q *waitQueue) prepare(ctx context.Context, k holdKey) error {
 
 // waiting is told of each attempt that may have left the owner queued: the watchdog keeps the entry alive.
 func (q *waitQueue) waiting(k holdKey, kind lockKind, sentAt time.Time) {
-	q.c.holds.acquired(q.entryKey(k), acquisition{
+	q.c.holds.acquired(q.entryKey(k), &acquisition{
 		kind: kind, count: 1, sentAt: sentAt, keepAlive: true, giver: q,
 		renew: renewal{script: q.refresh.script, keys: q.refresh.keys, field: k.field, args: q.refreshArgs()},
 	})

@@ -119,7 +119,7 @@ func (w *holdTable) tick(now time.Time) time.Duration {
 		h := heap.Pop(&w.queue).(*hold)
 		switch {
 		case !h.budgetAt.IsZero() && !h.budgetAt.After(now), !h.expiresAt.After(now):
-			w.stepLocked(h, holdEvent{ev: evDue, now: now}, &out) // it ends
+			w.stepLocked(h, &holdEvent{ev: evDue, now: now}, &out) // it ends
 		case h.renew.script == nil || !h.renewed() && !h.next.Before(h.expiresAt):
 			later = append(later, h) // a lease hold whose next event is the end of its lease
 		default:
@@ -139,7 +139,7 @@ func (w *holdTable) tick(now time.Time) time.Duration {
 	var jobs []renewal
 	deadline := now.Add(w.timeout / 3)
 	for _, h := range candidates {
-		if w.stepLocked(h, holdEvent{ev: evDue, now: now}, &out) == nil {
+		if w.stepLocked(h, &holdEvent{ev: evDue, now: now}, &out) == nil {
 			continue
 		}
 		due = append(due, h)
@@ -280,7 +280,7 @@ func (w *holdTable) applyRenewals(due []*hold, jobs []renewal, results []int64, 
 			}
 		}
 		wasAtRisk := h.atRisk
-		if w.stepLocked(h, ev, &out) != nil && ev.ev == evRenewUnanswered && h.renewed() && h.mode != entryMode {
+		if w.stepLocked(h, &ev, &out) != nil && ev.ev == evRenewUnanswered && h.renewed() && h.mode != entryMode {
 			failures = append(failures, renewalFailure{kind: h.kind, name: h.name, owner: h.key.field,
 				expiresIn: h.expiresAt.Sub(now), began: h.atRisk && !wasAtRisk})
 		}
@@ -313,7 +313,7 @@ func (w *holdTable) close() {
 	started := w.started
 	var out stepped
 	for _, h := range w.holds {
-		w.stepLocked(h, holdEvent{ev: evShut, cause: errClientClosed}, &out)
+		w.stepLocked(h, &holdEvent{ev: evShut, cause: errClientClosed}, &out)
 	}
 	w.mu.Unlock()
 	out.finish(w.c.tel)
